@@ -1,0 +1,5 @@
+"""`python -m safelaunch`."""
+
+from safelaunch.cli import main
+
+main()

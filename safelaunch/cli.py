@@ -1,0 +1,160 @@
+"""The command line: torchrun 2.13's flags, safelaunch's own options.
+
+This is the one place where errors become exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from safelaunch import __version__, exitcodes
+from safelaunch.config import (
+    EVENT_LOG_HANDLERS,
+    NUMA_BINDINGS,
+    RDZV_BACKENDS,
+    START_METHODS,
+    build_config,
+)
+from safelaunch.console import Console, color_wanted
+from safelaunch.errors import SafelaunchError
+
+TORCHRUN_SECTION = "torchrun options (same names, defaults and PET_<NAME> variables)"
+OWN_SECTION = "safelaunch options"
+
+
+class _Option(click.Option):
+    """An option that knows which --help section it belongs to."""
+
+    def __init__(self, *args: Any, section: str = TORCHRUN_SECTION, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.section = section
+
+
+class _Command(click.Command):
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {TORCHRUN_SECTION: [], OWN_SECTION: []}
+        for param in self.get_params(ctx):
+            if not isinstance(param, click.Option):
+                continue
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections[getattr(param, "section", OWN_SECTION)].append(record)
+        for title, rows in sections.items():
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+def _torchrun(name: str, short: str | None = None, **kwargs: Any) -> Callable[..., Any]:
+    """A torchrun flag: dash and underscore spellings, PET_<DEST> from the environment."""
+    dest = name.replace("-", "_")
+    names = [f"--{name}"] + ([f"--{dest}"] if dest != name else []) + ([short] if short else [])
+    envvar = kwargs.pop("envvar", f"PET_{dest.upper()}")
+    return click.option(*names, dest, cls=_Option, envvar=envvar, show_default=True, **kwargs)
+
+
+def _own(*names: str, **kwargs: Any) -> Callable[..., Any]:
+    return click.option(*names, cls=_Option, section=OWN_SECTION, show_default=True, **kwargs)
+
+
+_OPTIONS = [
+    _torchrun("nnodes", default="1:1", help="Nodes: N or MIN:MAX (only 1 for now)."),
+    _torchrun("nproc-per-node", default="1", help="Ranks on this node: int, gpu, cpu or auto."),
+    _torchrun("rdzv-backend", default="static", type=click.Choice(RDZV_BACKENDS)),
+    _torchrun("rdzv-endpoint", default="", help="host[:port] of the rendezvous."),
+    _torchrun("rdzv-id", default=None, help="Run id (TORCHELASTIC_RUN_ID)."),
+    _torchrun("rdzv-conf", default="", help="k=v,... rendezvous settings."),
+    _torchrun("standalone", is_flag=True, help="One node, a free port chosen for you."),
+    _torchrun("max-restarts", default=0, type=int, help="Restarts of the whole job."),
+    _torchrun("monitor-interval", default=0.1, type=float, help="Seconds between checks."),
+    _torchrun("start-method", default="spawn", type=click.Choice(START_METHODS)),
+    _torchrun("event-log-handler", default="null", type=click.Choice(EVENT_LOG_HANDLERS)),
+    _torchrun("role", default="default", help="ROLE_NAME of the ranks."),
+    _torchrun("module", "-m", is_flag=True, help="Run the script as `python -m`."),
+    _torchrun("no-python", is_flag=True, help="Execute the script directly."),
+    _torchrun("run-path", is_flag=True, help="Run the script with runpy.run_path."),
+    _torchrun("log-dir", default=None, help="Log directory [default: ./safelaunch_logs]."),
+    _torchrun("redirects", "-r", default="0", help="Keep streams off the console: 0-3 or lr:v,..."),
+    _torchrun("tee", "-t", default="0", help="Streams also on the console: 0-3 or lr:v,..."),
+    _torchrun("local-ranks-filter", default="", help="Console shows only these local ranks."),
+    _torchrun("duplicate-stdout-filters", default="", help="Also copy matching stdout lines."),
+    _torchrun("duplicate-stderr-filters", default="", help="Also copy matching stderr lines."),
+    _torchrun("node-rank", default=0, type=int, help="Rank of this node (static)."),
+    _torchrun("master-addr", default=None, help="MASTER_ADDR [default: localhost]."),
+    _torchrun("master-port", default=None, type=int, help="MASTER_PORT [default: a free port]."),
+    _torchrun("local-addr", default=None, help="Address this node advertises."),
+    _torchrun("logs-specs", default=None, help="torchrun.logs_specs plugin name."),
+    _torchrun("numa-binding", default=None, type=click.Choice(NUMA_BINDINGS)),
+    _torchrun(
+        "signals-to-handle",
+        default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        help="Signals forwarded to the ranks.",
+    ),
+    _torchrun(
+        "shutdown-timeout",
+        default=30.0,
+        type=float,
+        envvar=["PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"],
+        help="Seconds from SIGTERM to SIGKILL, on every path.",
+    ),
+    _torchrun("virtual-local-rank", is_flag=True, help="LOCAL_RANK=0, one GPU per rank."),
+    _own(
+        "--color",
+        type=click.Choice(["auto", "always", "never"]),
+        default="auto",
+        envvar="SAFELAUNCH_COLOR",
+        help="Colour rank prefixes (auto: on a terminal, unless NO_COLOR is set).",
+    ),
+]
+
+
+def _with_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_OPTIONS):
+        function = option(function)
+    return function
+
+
+@click.command(
+    cls=_Command,
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        # Everything after the script is the script's, even `--standalone`.
+        "allow_interspersed_args": False,
+        "max_content_width": 100,
+    },
+    epilog="Exit codes: docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
+)
+@_with_options
+@click.version_option(__version__, "--version", prog_name="safelaunch")
+@click.argument("training_script")
+@click.argument("training_script_args", nargs=-1, type=click.UNPROCESSED)
+def command(**raw: Any) -> None:
+    """Launch TRAINING_SCRIPT on every rank, as torchrun does, and explain how it ended."""
+    raw["color"] = color_wanted(raw["color"])
+    console = Console(color=raw["color"])
+    # Imported here: `--help` and usage errors should not pay for it.
+    from safelaunch.launch import run
+
+    try:
+        code = run(build_config(raw, os.environ), console)
+    except SafelaunchError as exc:
+        console.say(exc.render(), "error")
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        console.say("interrupted before any rank started")
+        code = exitcodes.for_signal(2)
+    except Exception:
+        console.say(traceback.format_exc().rstrip(), "plain")
+        console.say("internal error: this is a bug in safelaunch; please report it", "error")
+        code = exitcodes.INTERNAL
+    sys.exit(code)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    command(prog_name="safelaunch")

@@ -1,0 +1,286 @@
+"""LaunchConfig: what the user asked for, validated, frozen.
+
+Value formats follow torchrun 2.13 exactly (shared/reference/torchrun-2.13.md);
+everything that would be ignored silently is either refused with a one-line
+"not supported yet" or kept as a notice the launcher prints at start.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from safelaunch.errors import ConfigError
+
+NPROC_NAMES = ("gpu", "cpu", "auto")
+RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+START_METHODS = ("spawn", "fork", "forkserver")
+EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
+NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
+
+# torchrun's Std flags: which of a rank's streams a setting applies to.
+STD_NONE, STD_OUT, STD_ERR, STD_ALL = 0, 1, 2, 3
+
+_STD_VALUE = re.compile(r"^[0123]$")
+_STD_MAPPING = re.compile(r"^(\d:[0123],)*(\d:[0123])$")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSelection:
+    """A torchrun -r/-t value: one Std for every local rank, or `lr:std` pairs."""
+
+    default: int = STD_NONE
+    per_rank: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def for_rank(self, local_rank: int) -> int:
+        """The Std bits that apply to `local_rank`."""
+        return self.per_rank.get(local_rank, self.default)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchConfig:
+    """Every launch option, after parsing and validation."""
+
+    training_script: str
+    training_script_args: tuple[str, ...] = ()
+    nnodes: tuple[int, int] = (1, 1)
+    nproc_per_node: int | str = 1
+    rdzv_backend: str = "static"
+    rdzv_endpoint: str = ""
+    rdzv_id: str | None = None
+    rdzv_conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    standalone: bool = False
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    start_method: str = "spawn"
+    role: str = "default"
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    log_dir: Path = Path("safelaunch_logs")
+    redirects: StreamSelection = field(default_factory=StreamSelection)
+    tee: StreamSelection = field(default_factory=StreamSelection)
+    local_ranks_filter: frozenset[int] | None = None
+    duplicate_stdout_filters: tuple[str, ...] = ()
+    duplicate_stderr_filters: tuple[str, ...] = ()
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    signals_to_handle: tuple[signal.Signals, ...] = (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+    )
+    shutdown_timeout: float = 30.0
+    virtual_local_rank: bool = False
+    color: bool = False
+    # The launcher's environment when it started: the base of every rank's env.
+    environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Flags accepted but without effect here, said once at start.
+    notices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.module and self.no_python and not self.run_path:
+            raise ConfigError(
+                "--module and --no-python cannot be used together",
+                "drop one of them (torchrun refuses this too)",
+            )
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts={self.max_restarts} is negative", "use 0 or more")
+        if self.monitor_interval <= 0:
+            raise ConfigError(
+                f"--monitor-interval={self.monitor_interval} must be positive", "try 0.1"
+            )
+        if self.shutdown_timeout < 0:
+            raise ConfigError(
+                f"--shutdown-timeout={self.shutdown_timeout} is negative", "use seconds >= 0"
+            )
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """`N` or `MIN:MAX` with 0 < MIN <= MAX, as torchrun accepts it."""
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            low = high = int(parts[0])
+        elif len(parts) == 2:
+            low, high = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError(text)
+    except ValueError:
+        raise ConfigError(f"--nnodes={text!r} is not N or MIN:MAX", "e.g. --nnodes=1") from None
+    if not 0 < low <= high:
+        raise ConfigError(f"--nnodes={text!r} needs 0 < MIN <= MAX", "e.g. --nnodes=1") from None
+    return low, high
+
+
+def parse_nproc(text: str) -> int | str:
+    """An int >= 1, or one of gpu / cpu / auto (resolved by preflight)."""
+    value = text.strip().lower()
+    if value in NPROC_NAMES:
+        return value
+    if value == "xpu":
+        raise ConfigError("--nproc-per-node=xpu is not supported yet", "give a number of ranks")
+    try:
+        count = int(value)
+    except ValueError:
+        raise ConfigError(
+            f"--nproc-per-node={text!r} is not a number of ranks",
+            "use an integer, gpu, cpu or auto",
+        ) from None
+    if count < 1:
+        raise ConfigError(f"--nproc-per-node={count} must be at least 1", "e.g. 2")
+    return count
+
+
+def parse_streams(flag: str, text: str) -> StreamSelection:
+    """torchrun's -r/-t syntax: `0`-`3` for all ranks, or `lr:v,...`."""
+    value = text.strip()
+    if _STD_VALUE.match(value):
+        return StreamSelection(default=int(value))
+    if _STD_MAPPING.match(value):
+        pairs = dict(item.split(":") for item in value.split(","))
+        return StreamSelection(
+            per_rank=MappingProxyType({int(k): int(v) for k, v in pairs.items()})
+        )
+    raise ConfigError(
+        f"{flag}={text!r} is not 0-3 or a list like 0:1,1:2",
+        "1 = stdout, 2 = stderr, 3 = both (single-digit local ranks, as in torchrun)",
+    )
+
+
+def parse_rank_filter(text: str) -> frozenset[int] | None:
+    """--local-ranks-filter: comma-separated local ranks; empty means all."""
+    if not text.strip():
+        return None
+    try:
+        return frozenset(int(item) for item in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--local-ranks-filter={text!r} is not a list of local ranks", "e.g. 0,1,2"
+        ) from None
+
+
+def parse_filters(text: str) -> tuple[str, ...]:
+    """Comma-separated substrings; `,,` is a literal comma (torchrun's rule)."""
+    if not text:
+        return ()
+    placeholder = "\x00"
+    items = text.replace(",,", placeholder).split(",")
+    return tuple(item.replace(placeholder, ",") for item in items if item)
+
+
+def parse_rdzv_conf(text: str) -> Mapping[str, str]:
+    """`k=v,k=v` pairs."""
+    conf: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--rdzv-conf item {item!r} is not key=value", "e.g. timeout=900")
+        conf[key.strip()] = value.strip()
+    return MappingProxyType(conf)
+
+
+def parse_signals(text: str) -> tuple[signal.Signals, ...]:
+    """Comma-separated signal names (SIGTERM or TERM)."""
+    names = [name.strip().upper() for name in text.split(",") if name.strip()]
+    signals = []
+    for name in names:
+        full = name if name.startswith("SIG") else f"SIG{name}"
+        try:
+            signals.append(signal.Signals[full])
+        except KeyError:
+            raise ConfigError(
+                f"--signals-to-handle: {name!r} is not a signal name", "e.g. SIGTERM,SIGUSR1"
+            ) from None
+        if signals[-1] in (signal.SIGKILL, signal.SIGSTOP):
+            raise ConfigError(f"--signals-to-handle: {full} cannot be caught", "remove it")
+    return tuple(signals)
+
+
+def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Refuse what would change the job's meaning; return notices for the rest."""
+    nnodes = raw["nnodes"]
+    if nnodes[1] > 1:
+        raise ConfigError(
+            f"--nnodes={nnodes[0]}:{nnodes[1]}: multi-node launch is not supported yet",
+            "run one node per job with --nnodes=1, or use torchrun for multi-node for now",
+        )
+    if raw["node_rank"] != 0:
+        raise ConfigError(
+            f"--node-rank={raw['node_rank']}: multi-node launch is not supported yet",
+            "a single-node job has node rank 0",
+        )
+    if raw["rdzv_backend"] in ("etcd", "etcd-v2"):
+        raise ConfigError(
+            f"--rdzv-backend={raw['rdzv_backend']} is not supported yet", "use static or c10d"
+        )
+    notices = []
+    if raw["rdzv_endpoint"] and not raw["standalone"]:
+        notices.append(
+            f"--rdzv-endpoint={raw['rdzv_endpoint']} is not used: a one-node job needs "
+            "no rendezvous store (rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT)"
+        )
+    if raw["event_log_handler"] not in ("null", None, ""):
+        notices.append(f"--event-log-handler={raw['event_log_handler']} is not supported yet")
+    if raw["logs_specs"]:
+        notices.append(
+            f"--logs-specs={raw['logs_specs']} is not supported yet; safelaunch's own "
+            "log layout is used"
+        )
+    if raw["numa_binding"]:
+        notices.append(f"--numa-binding={raw['numa_binding']} is not supported yet")
+    if raw["local_addr"]:
+        notices.append("--local-addr has no effect on a single node")
+    if raw["run_path"] and raw["start_method"] != "spawn":
+        notices.append(
+            f"--start-method={raw['start_method']}: --run-path always starts a fresh "
+            "interpreter per rank here (spawn semantics)"
+        )
+    return tuple(notices)
+
+
+def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchConfig:
+    """Turn the CLI's raw option values into a validated LaunchConfig."""
+    values = dict(raw)
+    values["nnodes"] = parse_nnodes(str(raw["nnodes"]))
+    notices = unsupported_yet(values)
+    return LaunchConfig(
+        training_script=raw["training_script"],
+        training_script_args=tuple(raw["training_script_args"]),
+        nnodes=values["nnodes"],
+        nproc_per_node=parse_nproc(str(raw["nproc_per_node"])),
+        rdzv_backend=raw["rdzv_backend"],
+        rdzv_endpoint=raw["rdzv_endpoint"],
+        rdzv_id=raw["rdzv_id"] or None,
+        rdzv_conf=parse_rdzv_conf(raw["rdzv_conf"]),
+        standalone=raw["standalone"],
+        max_restarts=raw["max_restarts"],
+        monitor_interval=raw["monitor_interval"],
+        start_method=raw["start_method"],
+        role=raw["role"],
+        module=raw["module"],
+        no_python=raw["no_python"],
+        run_path=raw["run_path"],
+        log_dir=Path(raw["log_dir"] or "safelaunch_logs"),
+        redirects=parse_streams("--redirects", raw["redirects"]),
+        tee=parse_streams("--tee", raw["tee"]),
+        local_ranks_filter=parse_rank_filter(raw["local_ranks_filter"]),
+        duplicate_stdout_filters=parse_filters(raw["duplicate_stdout_filters"]),
+        duplicate_stderr_filters=parse_filters(raw["duplicate_stderr_filters"]),
+        node_rank=raw["node_rank"],
+        master_addr=raw["master_addr"] or None,
+        master_port=raw["master_port"],
+        signals_to_handle=parse_signals(raw["signals_to_handle"]),
+        shutdown_timeout=raw["shutdown_timeout"],
+        virtual_local_rank=raw["virtual_local_rank"],
+        color=raw.get("color", False),
+        environ=MappingProxyType(dict(environ)),
+        notices=notices,
+    )

@@ -1,0 +1,32 @@
+"""The exception types through which errors reach the user, one per stage."""
+
+from __future__ import annotations
+
+from safelaunch import exitcodes
+
+
+class SafelaunchError(Exception):
+    """An error the user can fix; the CLI renders it as one line and exits."""
+
+    exit_code = exitcodes.INTERNAL
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def render(self) -> str:
+        """One line: what is wrong, then how to fix it."""
+        return f"{self.message}; {self.fix}" if self.fix else self.message
+
+
+class ConfigError(SafelaunchError):
+    """A flag or value that cannot be launched as given."""
+
+    exit_code = exitcodes.USAGE
+
+
+class PreflightError(SafelaunchError):
+    """The environment cannot run the job; found before any rank started."""
+
+    exit_code = exitcodes.PREFLIGHT

@@ -1,0 +1,18 @@
+"""The one table of safelaunch's own exit codes (see docs/exit-codes.md).
+
+A worker failure makes safelaunch exit with the root-cause rank's own code
+(128 + N when it died of signal N); the values below are what safelaunch
+itself decides.
+"""
+
+SUCCESS = 0
+USAGE = 2  # bad flag or value: nothing was started (click and argparse use 2 too)
+INTERNAL = 70  # a bug in safelaunch (sysexits EX_SOFTWARE); please report it
+PREFLIGHT = 78  # an environment check failed before any rank started (EX_CONFIG)
+HANG = 124  # a hang was detected and the job torn down (timeout(1)'s convention)
+SIGNAL_BASE = 128  # interrupted by signal N, or a rank killed by signal N: 128 + N
+
+
+def for_signal(signum: int) -> int:
+    """Exit code a shell reports for death by `signum`."""
+    return SIGNAL_BASE + signum

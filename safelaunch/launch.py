@@ -1,0 +1,116 @@
+"""The orchestrator: preflight once, then attempts until one succeeds or restarts run out.
+
+A restart is data moving forward: a new plan for attempt n+1, a new attempt
+directory; no stage calls back into an earlier one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from pathlib import Path
+
+from safelaunch import exitcodes
+from safelaunch.config import LaunchConfig
+from safelaunch.console import Console
+from safelaunch.diagnose import diagnose
+from safelaunch.outcome import FAILED, Outcome, outcome_of
+from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
+from safelaunch.preflight import PreflightReport, run_preflight
+from safelaunch.report import render_summary, shown_path
+from safelaunch.supervisor import (
+    AttemptRecord,
+    Keeper,
+    SignalReceiver,
+    become_subreaper,
+    open_attempt_logs,
+    supervise,
+)
+
+
+def new_run(config: LaunchConfig) -> RunIdentity:
+    """A fresh run id (sortable by start time), its directory and its process token."""
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return RunIdentity(
+        run_id=run_id, run_dir=config.log_dir.resolve() / run_id, token=secrets.token_hex(16)
+    )
+
+
+def point_latest(log_dir: Path, run_id: str) -> None:
+    """<log-dir>/latest -> this run, for the 3 a.m. `cd safelaunch_logs/latest`."""
+    with contextlib.suppress(OSError):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        temporary = log_dir / f".latest-{run_id}"
+        temporary.symlink_to(run_id)
+        os.replace(temporary, log_dir / "latest")
+
+
+def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -> str:
+    """What is about to run, and every variable safelaunch chose for the ranks."""
+    where = shown_path(plan.attempt_dir)
+    if plan.attempt:
+        return f"restart {plan.attempt} of {config.max_restarts}: logs in {where}"
+    last = preflight.nproc - 1
+    lines = [
+        f"{preflight.nproc} rank(s) ({preflight.nproc_reason}), "
+        f"MASTER_ADDR={preflight.master_addr} MASTER_PORT={preflight.master_port.port}",
+        f"logs: {shown_path(plan.attempt_dir)}/rank{{0..{last}}}.log"
+        if last
+        else f"logs: {shown_path(plan.attempt_dir)}/rank0.log",
+    ]
+    if plan.env_choices:
+        chosen = "; ".join(f"{c.name}={c.value} ({c.reason})" for c in plan.env_choices)
+        lines.append(f"set for the ranks: {chosen}")
+    lines.extend(f"note: {notice}" for notice in config.notices)
+    return "\n".join(lines)
+
+
+def run(config: LaunchConfig, console: Console) -> int:
+    """Launch the job; return the exit code (see exitcodes)."""
+    preflight = run_preflight(config)
+    identity = new_run(config)
+    receiver = SignalReceiver(config.signals_to_handle)
+    become_subreaper()
+    keeper = Keeper.start(identity.token)  # before any thread exists
+    receiver.install()
+    try:
+        point_latest(config.log_dir, identity.run_id)
+        return _attempts(config, preflight, identity, receiver, console, keeper.pid)
+    finally:
+        receiver.restore()
+        keeper.stop()
+        preflight.master_port.release()
+
+
+def _attempts(
+    config: LaunchConfig,
+    preflight: PreflightReport,
+    identity: RunIdentity,
+    receiver: SignalReceiver,
+    console: Console,
+    keeper_pid: int,
+) -> int:
+    for attempt in range(config.max_restarts + 1):
+        plan = build_plan(config, preflight, identity, attempt)
+        logs_ok = open_attempt_logs(plan, console)
+        console.say(banner(config, preflight, plan))
+        try:
+            record = supervise(plan, console, receiver, logs_ok=logs_ok, keeper_pid=keeper_pid)
+            outcome = _conclude(record, console)
+        finally:
+            console.close_log()
+        if outcome.status != FAILED or attempt == config.max_restarts:
+            return outcome.exit_code
+        late = receiver.take()
+        if late:  # a signal between attempts: do not start another
+            console.say(f"received signal {late[0]} before the restart: stopping")
+            return exitcodes.for_signal(late[0])
+    raise AssertionError("unreachable: the last attempt always returns")
+
+
+def _conclude(record: AttemptRecord, console: Console) -> Outcome:
+    outcome = outcome_of(record)
+    console.say(render_summary(outcome, diagnose(outcome)))
+    return outcome

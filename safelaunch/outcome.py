@@ -1,0 +1,126 @@
+"""Outcome: judging an attempt: who failed first, who safelaunch stopped, the exit code.
+
+Root cause = the earliest failure, as in torch elastic; ranks safelaunch
+stopped itself are never failures.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from safelaunch import exitcodes
+from safelaunch.supervisor import AttemptRecord, RankExit
+
+SUCCEEDED, FAILED, STOPPED, NOT_STARTED = "succeeded", "failed", "stopped", "not started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankResult:
+    """One rank's end, judged."""
+
+    rank: int
+    local_rank: int
+    pid: int | None
+    state: str
+    exit_code: int | None  # the process's own code; None when a signal ended it
+    signal: int | None
+    ended_after: float
+    log_path: Path
+    error_file: Path
+    start_error: str | None = None
+
+    @property
+    def shell_code(self) -> int:
+        """The code a shell would show: 128 + N for death by signal N."""
+        if self.signal is not None:
+            return exitcodes.for_signal(self.signal)
+        return self.exit_code or 0
+
+    def how_it_ended(self) -> str:
+        """`exited with code 3`, `died of SIGSEGV (exit 139)`, ..."""
+        if self.state == NOT_STARTED:
+            return "not started: an earlier rank could not start"
+        if self.start_error:
+            return self.start_error
+        if self.signal is not None:
+            name = signal_name(self.signal)
+            return f"died of {name} (exit {self.shell_code})"
+        return f"exited with code {self.exit_code}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How an attempt ended and the code safelaunch exits with."""
+
+    attempt: int
+    status: str  # succeeded | failed | interrupted
+    ranks: tuple[RankResult, ...]
+    first_failure: RankResult | None
+    interrupt_signal: int | None
+    exit_code: int
+    duration: float
+    strays_ended: int
+    log_problems: tuple[str, ...]
+    run_dir: Path
+    attempt_dir: Path
+
+
+def signal_name(signum: int) -> str:
+    """SIGTERM, SIGSEGV, ... or `signal N` for numbers without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def judge(exit_: RankExit, teardown_after: float | None) -> RankResult:
+    """A rank failed if it ended non-zero before safelaunch began stopping ranks."""
+    code = exit_.returncode
+    if exit_.skipped:
+        state = NOT_STARTED
+    elif code == 0:
+        state = SUCCEEDED
+    elif teardown_after is None or exit_.ended_after < teardown_after or exit_.start_error:
+        state = FAILED
+    else:
+        state = STOPPED
+    return RankResult(
+        rank=exit_.rank,
+        local_rank=exit_.local_rank,
+        pid=exit_.pid,
+        state=state,
+        exit_code=code if code >= 0 else None,
+        signal=-code if code < 0 else None,
+        ended_after=exit_.ended_after,
+        log_path=exit_.log_path,
+        error_file=exit_.error_file,
+        start_error=exit_.start_error,
+    )
+
+
+def outcome_of(record: AttemptRecord) -> Outcome:
+    """Judge every rank and pick the root cause."""
+    ranks = tuple(judge(e, record.teardown_after) for e in record.exits)
+    failures = sorted((r for r in ranks if r.state == FAILED), key=lambda r: r.ended_after)
+    first = failures[0] if failures else None
+    if record.teardown_cause == "signal" and record.interrupt_signal is not None:
+        status, code = "interrupted", exitcodes.for_signal(record.interrupt_signal)
+    elif first is not None:
+        status, code = FAILED, first.shell_code
+    else:
+        status, code = SUCCEEDED, exitcodes.SUCCESS
+    return Outcome(
+        attempt=record.plan.attempt,
+        status=status,
+        ranks=ranks,
+        first_failure=first,
+        interrupt_signal=record.interrupt_signal,
+        exit_code=code,
+        duration=record.duration,
+        strays_ended=record.strays_ended,
+        log_problems=record.log_problems,
+        run_dir=record.plan.run.run_dir,
+        attempt_dir=record.plan.attempt_dir,
+    )

@@ -1,0 +1,207 @@
+"""LaunchPlan: one WorkerSpec per rank, built once, never mutated.
+
+This is the only place a rank's environment is assembled (torch elastic builds
+it in three); what differs from torchrun 2.13 is listed in docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from safelaunch.config import STD_ALL, STD_ERR, STD_OUT, LaunchConfig
+from safelaunch.preflight import PreflightReport
+
+TOKEN_VAR = "SAFELAUNCH_RUN_TOKEN"  # lets the sweep find descendants that left our tree
+ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
+
+# `python -c` runner for --run-path: runpy, with argv and sys.path[0] as
+# `python script.py` would have them.
+_RUN_PATH_CODE = (
+    "import os, runpy, sys; sys.argv = sys.argv[1:]; "
+    "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunIdentity:
+    """Names shared by every attempt of one run."""
+
+    run_id: str
+    run_dir: Path
+    token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnvChoice:
+    """A variable safelaunch set because the user had not, and why."""
+
+    name: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSpec:
+    """Everything needed to start one rank and route its output."""
+
+    rank: int
+    local_rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log_path: Path
+    error_file: Path
+    console_streams: int  # Std bits shown on the console; files always get all
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchPlan:
+    """One attempt of the job."""
+
+    run: RunIdentity
+    attempt: int
+    attempt_dir: Path
+    workers: tuple[WorkerSpec, ...]
+    # Two pipes per rank only when the console or the filters must tell stdout
+    # from stderr: one shared pipe keeps the exact order of the two streams.
+    split_streams: bool
+    duplicate_filters: Mapping[int, tuple[str, ...]]
+    shutdown_timeout: float
+    monitor_interval: float
+    color: bool
+    env_choices: tuple[EnvChoice, ...]
+
+
+def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
+    """The command every rank runs, as torchrun builds it (`python -u script args`)."""
+    args = config.training_script_args
+    script = config.training_script
+    if config.run_path:
+        return (sys.executable, "-u", "-c", _RUN_PATH_CODE, script, *args)
+    if config.no_python:
+        return (script, *args)
+    if config.module:
+        return (sys.executable, "-u", "-m", script, *args)
+    return (sys.executable, "-u", script, *args)
+
+
+def shared_env(
+    config: LaunchConfig, nproc: int, run: RunIdentity
+) -> tuple[dict[str, str], tuple[EnvChoice, ...]]:
+    """Variables equal for every rank: the launcher's env plus our defaults."""
+    env = dict(config.environ)
+    choices: list[EnvChoice] = []
+
+    def default(name: str, value: str, reason: str) -> None:
+        if name not in env:
+            env[name] = value
+            choices.append(EnvChoice(name=name, value=value, reason=reason))
+
+    if nproc > 1:
+        default("OMP_NUM_THREADS", "1", f"unset, and {nproc} ranks share this host")
+    default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "torchrun's default")
+    default("PYTHONUNBUFFERED", "1", "live output")
+    env[TOKEN_VAR] = run.token
+    return env, tuple(choices)
+
+
+def rank_env(
+    base: Mapping[str, str],
+    config: LaunchConfig,
+    preflight: PreflightReport,
+    run: RunIdentity,
+    attempt: int,
+    local_rank: int,
+    error_file: Path,
+) -> Mapping[str, str]:
+    """The full, frozen environment of one rank."""
+    nproc = preflight.nproc
+    rank = config.node_rank * nproc + local_rank
+    env = dict(base)
+    env.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_rank),
+            "GROUP_RANK": str(config.node_rank),
+            "ROLE_RANK": str(rank),
+            "ROLE_NAME": config.role,
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "WORLD_SIZE": str(nproc * config.nnodes[1]),
+            "GROUP_WORLD_SIZE": str(config.nnodes[1]),
+            "ROLE_WORLD_SIZE": str(nproc * config.nnodes[1]),
+            "MASTER_ADDR": preflight.master_addr,
+            "MASTER_PORT": str(preflight.master_port.port),
+            "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
+            "TORCHELASTIC_RUN_ID": config.rdzv_id or run.run_id,
+            # The launcher never imports torch, so it hosts no TCPStore: rank 0
+            # does, as with a plain env:// init (documented difference).
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCHELASTIC_ERROR_FILE": str(error_file),
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(s.name for s in config.signals_to_handle),
+            ATTEMPT_DIR_VAR: str(error_file.parent),
+        }
+    )
+    if config.virtual_local_rank:
+        env["LOCAL_RANK"] = "0"
+        visible = config.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = [d.strip() for d in visible.split(",")] if visible is not None else None
+        env["CUDA_VISIBLE_DEVICES"] = (
+            devices[local_rank]
+            if devices is not None and local_rank < len(devices)
+            else str(local_rank)
+        )
+    return MappingProxyType(env)
+
+
+def console_streams(config: LaunchConfig, local_rank: int) -> int:
+    """Which of a rank's streams reach the console (-r, -t, --local-ranks-filter)."""
+    if config.local_ranks_filter is not None and local_rank not in config.local_ranks_filter:
+        return 0
+    redirected = config.redirects.for_rank(local_rank)
+    teed = config.tee.for_rank(local_rank)
+    return (STD_ALL & ~redirected) | teed
+
+
+def build_plan(
+    config: LaunchConfig, preflight: PreflightReport, run: RunIdentity, attempt: int
+) -> LaunchPlan:
+    """The attempt's plan; pure, so the same inputs give the same plan."""
+    attempt_dir = run.run_dir / f"attempt_{attempt}"
+    base, choices = shared_env(config, preflight.nproc, run)
+    argv = worker_argv(config)
+    workers = []
+    for local_rank in range(preflight.nproc):
+        rank = config.node_rank * preflight.nproc + local_rank
+        error_file = attempt_dir / f"rank{rank}.error.json"
+        workers.append(
+            WorkerSpec(
+                rank=rank,
+                local_rank=local_rank,
+                argv=argv,
+                env=rank_env(base, config, preflight, run, attempt, local_rank, error_file),
+                log_path=attempt_dir / f"rank{rank}.log",
+                error_file=error_file,
+                console_streams=console_streams(config, local_rank),
+            )
+        )
+    filters = {STD_OUT: config.duplicate_stdout_filters, STD_ERR: config.duplicate_stderr_filters}
+    split = bool(config.duplicate_stdout_filters or config.duplicate_stderr_filters) or any(
+        w.console_streams not in (0, STD_ALL) for w in workers
+    )
+    return LaunchPlan(
+        run=run,
+        attempt=attempt,
+        attempt_dir=attempt_dir,
+        workers=tuple(workers),
+        split_streams=split,
+        duplicate_filters=MappingProxyType(filters),
+        shutdown_timeout=config.shutdown_timeout,
+        monitor_interval=config.monitor_interval,
+        color=config.color,
+        env_choices=choices,
+    )

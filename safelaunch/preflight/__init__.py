@@ -1,0 +1,85 @@
+"""Preflight: resolve what must be known before spawning, and refuse what cannot run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from safelaunch.config import LaunchConfig
+from safelaunch.errors import PreflightError
+from safelaunch.preflight.gpus import visible_gpu_count
+from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
+
+DEFAULT_MASTER_ADDR = "localhost"  # what torchrun 2.13 gives a one-node job (measured)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreflightReport:
+    """What the plan needs from the environment: rank count and rendezvous address."""
+
+    nproc: int
+    nproc_reason: str
+    master_addr: str
+    master_port: PortReservation
+
+
+def resolve_nproc(config: LaunchConfig) -> tuple[int, str]:
+    """Turn gpu / cpu / auto into a rank count, with the reason for the banner."""
+    wanted = config.nproc_per_node
+    if isinstance(wanted, int):
+        return wanted, "--nproc-per-node"
+    cpus = len(os.sched_getaffinity(0))
+    if wanted == "cpu":
+        return cpus, "one per CPU (--nproc-per-node=cpu)"
+    gpus = visible_gpu_count(config.environ)
+    if gpus:
+        return gpus, f"one per visible GPU (--nproc-per-node={wanted})"
+    if wanted == "gpu":
+        raise PreflightError(
+            "--nproc-per-node=gpu but no GPU is visible (no NVIDIA driver, or "
+            "CUDA_VISIBLE_DEVICES hides them all)",
+            "give a number of ranks, e.g. --nproc-per-node=2 for a CPU/Gloo job",
+        )
+    return cpus, "one per CPU: no GPU visible (--nproc-per-node=auto)"
+
+
+def check_entry_point(config: LaunchConfig) -> None:
+    """The script (or executable) must exist; modules are resolved by the ranks."""
+    script = config.training_script
+    if config.module and not config.run_path:
+        return  # finding a module would mean importing its package here
+    if config.no_python and not config.run_path:
+        if shutil.which(script) is None:
+            raise PreflightError(
+                f"--no-python: {script!r} is not an executable file or a command on PATH",
+                "check the path and that it is executable (chmod +x)",
+            )
+        return
+    if not Path(script).is_file():
+        raise PreflightError(
+            f"training script {script!r} not found (working directory: {os.getcwd()})",
+            "check the path, or pass -m for a module",
+        )
+
+
+def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
+    """MASTER_ADDR and a MASTER_PORT this run owns."""
+    addr = config.master_addr or DEFAULT_MASTER_ADDR
+    try:
+        if config.master_port is not None and not config.standalone:
+            return addr, reserve_port(config.master_port)
+        return addr, reserve_free_port()
+    except PortInUse as exc:
+        raise PreflightError(
+            f"MASTER_PORT: {exc}", "pick another --master-port, or omit it to get a free one"
+        ) from None
+
+
+def run_preflight(config: LaunchConfig) -> PreflightReport:
+    """Every check that must pass before a rank starts."""
+    nproc, reason = resolve_nproc(config)
+    check_entry_point(config)
+    addr, port = reserve_master(config)
+    return PreflightReport(nproc=nproc, nproc_reason=reason, master_addr=addr, master_port=port)

@@ -1,0 +1,105 @@
+"""MASTER_PORT reservation that two jobs started at the same instant cannot share.
+
+The kernel picks a free port (bind to port 0); a lock file named after the port,
+held for the whole run, stops a second safelaunch job from taking the same port
+in the window between our probe closing and rank 0's TCPStore binding it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+LOCK_DIR = Path(tempfile.gettempdir()) / "safelaunch-ports"
+_ATTEMPTS = 64
+
+
+@dataclass(slots=True)
+class PortReservation:
+    """A port this run owns among safelaunch jobs on this host, until release()."""
+
+    port: int
+    lock: FileLock | None
+
+    def release(self) -> None:
+        """Let other safelaunch jobs use the port again."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+class PortInUse(Exception):
+    """The requested port is taken; the message says by whom."""
+
+
+def _lock_for(port: int) -> tuple[bool, FileLock | None]:
+    """Take the port's lock without waiting: (False, None) when another job holds it.
+
+    Without a usable lock directory the answer is (True, None): the kernel's
+    choice alone then guards the port, as it does for torchrun.
+    """
+    try:
+        LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(LOCK_DIR, 0o1777)  # shared by every user of this host
+        lock = FileLock(LOCK_DIR / f"{port}.lock", mode=0o666, timeout=0)
+        lock.acquire()
+    except Timeout:
+        return False, None
+    except OSError:
+        return True, None
+    return True, lock
+
+
+def _bindable(port: int) -> bool:
+    """True when nothing listens on `port` (IPv4 and, where present, IPv6 wildcard)."""
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this host
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((addr, port))
+            except OSError:
+                return False
+    return True
+
+
+def _kernel_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def reserve_free_port() -> PortReservation:
+    """A free port that no other safelaunch job on this host holds."""
+    for _ in range(_ATTEMPTS):
+        port = _kernel_free_port()
+        taken, lock = _lock_for(port)
+        if not taken:
+            continue
+        reservation = PortReservation(port, lock)
+        if _bindable(port):
+            return reservation
+        reservation.release()
+    raise PortInUse(f"no free port found after {_ATTEMPTS} tries")
+
+
+def reserve_port(port: int) -> PortReservation:
+    """Reserve the user's explicit port, or say why it cannot be used."""
+    taken, lock = _lock_for(port)
+    if not taken:
+        raise PortInUse(f"port {port} is held by another safelaunch job on this host")
+    reservation = PortReservation(port, lock)
+    if not _bindable(port):
+        reservation.release()
+        raise PortInUse(f"port {port} is already in use on this host")
+    return reservation

@@ -1,0 +1,86 @@
+"""Report: the end-of-run summary, root cause first."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from safelaunch.diagnose import Diagnosis
+from safelaunch.outcome import FAILED, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
+
+
+def shown_path(path: Path) -> str:
+    """Relative to the working directory when that is shorter."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return relative if len(relative) < len(str(path)) else str(path)
+
+
+def _rank_state(result: RankResult) -> str:
+    if result.state == SUCCEEDED:
+        return "succeeded"
+    if result.state == STOPPED:
+        if result.signal is not None:
+            return f"stopped by safelaunch ({signal_name(result.signal)})"
+        return f"stopped by safelaunch, then exited with code {result.exit_code}"
+    return result.how_it_ended()
+
+
+def _group_lines(ranks: list[RankResult]) -> list[str]:
+    """One line per rank, ranks with the same ending folded into one line."""
+    groups: dict[str, list[int]] = {}
+    for result in ranks:
+        groups.setdefault(_rank_state(result), []).append(result.rank)
+    lines = []
+    for state, members in groups.items():
+        label = f"rank {members[0]}" if len(members) == 1 else f"ranks {_ranges(members)}"
+        lines.append(f"  {label}: {state}")
+    return lines
+
+
+def _ranges(numbers: list[int]) -> str:
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
+    """A few lines on success; on failure the root cause, its error, where, and its log."""
+    attempt = f" (attempt {outcome.attempt})" if outcome.attempt else ""
+    logs = shown_path(outcome.run_dir)
+    notes = []
+    if outcome.strays_ended:
+        notes.append(f"ended {outcome.strays_ended} leftover process(es) the ranks had started")
+    notes.extend(outcome.log_problems)
+    if outcome.status == SUCCEEDED:
+        head = f"all {len(outcome.ranks)} ranks succeeded in {outcome.duration:.1f} s{attempt}"
+        return "\n".join([head, *notes, f"logs: {logs}"])
+    if outcome.status == FAILED and diagnosis.root_cause is not None:
+        cause = diagnosis.root_cause
+        lines = [
+            f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} "
+            f"after {cause.ended_after:.1f} s (root cause: the first rank to fail)"
+        ]
+        if diagnosis.error is not None:
+            lines.append(f"  error: {diagnosis.error.line}")
+            if diagnosis.error.location:
+                lines.append(f"  at:    {diagnosis.error.location}")
+        lines.append(f"  log:   {shown_path(cause.log_path)}")
+        others = [r for r in outcome.ranks if r.rank != cause.rank]
+        lines.extend(_group_lines(others))
+        lines.extend(notes)
+        lines.append(f"exit code {outcome.exit_code} (rank {cause.rank}'s own code); logs: {logs}")
+        return "\n".join(lines)
+    name = signal_name(outcome.interrupt_signal or signal.SIGTERM)
+    lines = [f"interrupted by {name} after {outcome.duration:.1f} s{attempt}"]
+    lines.extend(_group_lines(list(outcome.ranks)))
+    lines.extend(notes)
+    lines.append(f"exit code {outcome.exit_code}; logs: {logs}")
+    return "\n".join(lines)

@@ -1,0 +1,16 @@
+"""Supervisor: spawn the ranks, tee their output, watch them, leave no process behind."""
+
+from safelaunch.supervisor.keeper import Keeper
+from safelaunch.supervisor.loop import AttemptRecord, RankExit, open_attempt_logs, supervise
+from safelaunch.supervisor.procs import become_subreaper
+from safelaunch.supervisor.signals import SignalReceiver
+
+__all__ = [
+    "AttemptRecord",
+    "Keeper",
+    "RankExit",
+    "SignalReceiver",
+    "become_subreaper",
+    "open_attempt_logs",
+    "supervise",
+]

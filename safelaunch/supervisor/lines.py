@@ -1,0 +1,86 @@
+"""Pure line handling for the console: cutting a byte stream into lines, prefixing them.
+
+Files get the raw bytes; only the console sees lines. `\\r` ends a console line
+too, so a progress bar that never writes `\\n` still shows (one update behind)
+and never holds back or splits another rank's output.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE = 64 * 1024  # longer unterminated text is shown in pieces of this size
+_LINE = re.compile(rb"([^\r\n]*)(\r\n|\n|\r)")
+
+
+class LineAssembler:
+    """Turns chunks from one stream into complete console lines."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    @property
+    def pending(self) -> bool:
+        """True while an unterminated line is held back."""
+        return bool(self._pending)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add a chunk; return the lines it completed, terminators removed."""
+        buf = self._pending + data
+        if b"\r" not in buf:  # the common case, at C speed
+            lines = buf.split(b"\n")
+            self._pending = lines.pop()
+        else:
+            lines = self._split_with_cr(buf)
+        if len(self._pending) > MAX_LINE:
+            lines.append(self._pending)
+            self._pending = b""
+        return lines
+
+    def _split_with_cr(self, buf: bytes) -> list[bytes]:
+        hold = b""
+        if buf.endswith(b"\r"):  # maybe the first half of \r\n: decide on the next chunk
+            buf, hold = buf[:-1], b"\r"
+        lines = []
+        end = 0
+        for match in _LINE.finditer(buf):
+            text, terminator = match.group(1), match.group(2)
+            end = match.end()
+            if text or terminator != b"\r":  # a bare \r before text (tqdm) is no line
+                lines.append(text)
+        self._pending = buf[end:] + hold
+        return lines
+
+    def flush(self) -> bytes | None:
+        """Give up on the held line (stream ended or went quiet); None if there is none."""
+        text = self._pending.rstrip(b"\r")
+        self._pending = b""
+        return text or None
+
+
+def rank_label(rank: int, width: int) -> str:
+    """`[rank0]:` for up to 10 ranks, `[rank 0]:` / `[rank15]:` when widths differ."""
+    return f"[rank{rank:>{width}}]:"
+
+
+def format_lines(lines: list[bytes], prefix: str, rank: int) -> bytes:
+    """Prefix each line for the console; invalid UTF-8 is shown replaced.
+
+    torch prefixes tracebacks with its own `[rankN]:` after init_process_group;
+    that marker is dropped so a line never carries two prefixes.
+    """
+    text = b"\n".join(lines).decode("utf-8", "replace")
+    parts = text.split("\n")
+    own = f"[rank{rank}]:"
+    if own in text:
+        parts = [_strip_marker(part, own) for part in parts]
+    return (prefix + ("\n" + prefix).join(parts) + "\n").encode("utf-8", "replace")
+
+
+def _strip_marker(line: str, marker: str) -> str:
+    if not line.startswith(marker):
+        return line
+    rest = line[len(marker) :]
+    return rest[1:] if rest.startswith(" ") else rest

@@ -1,0 +1,351 @@
+"""One attempt: spawn every rank, tee it, wait, tear down, sweep.
+
+Teardown follows Supervisor's model: the handler only records a signal, the
+loop acts; escalation is one shared monotonic deadline compared each tick
+(SIGTERM, then SIGKILL when it passes), honoured on every path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from safelaunch.console import Console
+from safelaunch.plan import LaunchPlan, WorkerSpec
+from safelaunch.supervisor.lines import rank_label
+from safelaunch.supervisor.procs import (
+    descendants,
+    is_alive,
+    reap_strays,
+    signal_group,
+    signal_pids,
+    with_token,
+)
+from safelaunch.supervisor.signals import SignalReceiver
+from safelaunch.supervisor.spawn import StartedRank, start_rank
+from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
+
+STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
+TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
+CANNOT_RUN = 127  # shell convention for "command could not be run"
+_COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankExit:
+    """How one rank's process ended (returncode as Popen gives it: -N for signal N)."""
+
+    rank: int
+    local_rank: int
+    pid: int | None
+    returncode: int
+    ended_after: float  # seconds after the attempt started
+    log_path: Path
+    error_file: Path
+    start_error: str | None = None  # why the rank's command could not run
+    skipped: bool = False  # never started: an earlier rank's command could not run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptRecord:
+    """What happened in one attempt, for the outcome stage to judge."""
+
+    plan: LaunchPlan
+    exits: tuple[RankExit, ...]
+    teardown_after: float | None  # when safelaunch began stopping ranks itself
+    teardown_cause: str | None  # "rank failed" or "signal"
+    interrupt_signal: int | None
+    strays_ended: int
+    log_problems: tuple[str, ...]
+    duration: float
+
+
+def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
+    """Create the attempt directory and launcher.log; False (with a warning) if impossible."""
+    try:
+        plan.attempt_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            plan.attempt_dir / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+    except OSError as exc:
+        console.say(
+            f"cannot write logs under {plan.attempt_dir}: {exc.strerror}; "
+            "the job runs with console output only",
+            "warning",
+        )
+        return False
+    console.attach_log(fd)
+    return True
+
+
+def supervise(
+    plan: LaunchPlan,
+    console: Console,
+    signals: SignalReceiver,
+    *,
+    logs_ok: bool,
+    keeper_pid: int | None = None,
+) -> AttemptRecord:
+    """Run the attempt to its end; every process it started is gone on return."""
+    return _Attempt(plan, console, signals, logs_ok, keeper_pid).run()
+
+
+class _Attempt:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        console: Console,
+        signals: SignalReceiver,
+        logs_ok: bool,
+        keeper_pid: int | None,
+    ) -> None:
+        self._plan = plan
+        self._console = console
+        self._signals = signals
+        self._logs_ok = logs_ok
+        self._keeper = {keeper_pid} if keeper_pid else set()
+        self._events: queue.Queue[tuple[int, int, float]] = queue.Queue()
+        self._ranks: dict[int, StartedRank] = {}
+        self._exits: dict[int, RankExit] = {}
+        self._tees: list[RankTee] = []
+        self._writer = ConsoleWriter(console)
+        self._filtered: dict[int, FilteredLog] = {}
+        self._log_problems: list[str] = []
+        self._t0 = time.monotonic()
+        self._teardown_at: float | None = None
+        self._deadline: float | None = None
+        self._cause: str | None = None
+        self._interrupt: int | None = None
+        self._killed = False
+
+    def run(self) -> AttemptRecord:
+        strays = 0
+        try:
+            log_fds = self._start_ranks()  # before any thread: see procs.die_with
+            self._start_threads(log_fds)
+            self._watch()
+            strays = self._sweep_strays()
+        except BaseException:
+            self._kill_everything()
+            raise
+        finally:
+            self._stop_threads()
+        return AttemptRecord(
+            plan=self._plan,
+            exits=tuple(self._exits[r] for r in sorted(self._exits)),
+            teardown_after=None if self._teardown_at is None else self._teardown_at - self._t0,
+            teardown_cause=self._cause,
+            interrupt_signal=self._interrupt,
+            strays_ended=strays,
+            log_problems=tuple(self._log_problems),
+            duration=time.monotonic() - self._t0,
+        )
+
+    # --- starting -------------------------------------------------------------
+
+    def _start_ranks(self) -> dict[int, int | None]:
+        log_fds: dict[int, int | None] = {}
+        for spec in self._plan.workers:
+            if self._exits:  # an earlier rank could not start: the same argv fails here too
+                self._record_exit(spec, None, CANNOT_RUN, skipped=True)
+                continue
+            log_fds[spec.rank] = self._open_rank_log(spec)
+            try:
+                self._ranks[spec.rank] = start_rank(spec, self._plan.split_streams)
+            except OSError as exc:
+                self._record_exit(spec, None, CANNOT_RUN, f"could not start: {exc}")
+                fd = log_fds.pop(spec.rank)
+                if fd is not None:
+                    os.write(fd, f"safelaunch: could not start {spec.argv[0]}: {exc}\n".encode())
+                    os.close(fd)
+        return log_fds
+
+    def _open_rank_log(self, spec: WorkerSpec) -> int | None:
+        if not self._logs_ok:
+            return None
+        try:
+            return os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            self._log_error(spec.rank, spec.log_path, exc, 0)
+            return None
+
+    def _start_threads(self, log_fds: dict[int, int | None]) -> None:
+        self._writer.start()
+        if self._logs_ok:
+            for stream, filters in self._plan.duplicate_filters.items():
+                if filters:
+                    name = "filtered_stdout.log" if stream == 1 else "filtered_stderr.log"
+                    self._filtered[stream] = FilteredLog(self._plan.attempt_dir / name, filters)
+        width = len(str(max(w.rank for w in self._plan.workers)))
+        for rank, started in self._ranks.items():
+            tee = RankTee(
+                rank=rank,
+                pipes=started.pipes,
+                log_fd=log_fds[rank],
+                log_path=started.spec.log_path,
+                prefix=self._prefix(rank, width),
+                shown_streams=started.spec.console_streams,
+                writer=self._writer,
+                filtered=self._filtered,
+                on_log_error=self._log_error,
+            )
+            tee.start()
+            self._tees.append(tee)
+            threading.Thread(
+                target=self._wait_for, args=(started,), name=f"safelaunch-wait-{rank}", daemon=True
+            ).start()
+
+    def _prefix(self, rank: int, width: int) -> str:
+        label = rank_label(rank, width)
+        if not self._plan.color:
+            return label + " "
+        return f"\x1b[{_COLOURS[rank % len(_COLOURS)]}m{label}\x1b[0m "
+
+    def _wait_for(self, started: StartedRank) -> None:
+        returncode = started.process.wait()
+        self._events.put((started.spec.rank, returncode, time.monotonic()))
+
+    def _log_error(self, rank: int, path: Path, exc: OSError, offset: int) -> None:
+        problem = f"rank {rank}'s log {path} is incomplete after byte {offset}: {exc.strerror}"
+        self._log_problems.append(problem)
+        self._console.say(problem + " (the console still shows its output)", "warning")
+
+    # --- watching -------------------------------------------------------------
+
+    def _watch(self) -> None:
+        total = len(self._plan.workers)
+        while len(self._exits) < total:
+            self._collect(self._plan.monitor_interval)
+            reap_strays(keep=set(self._ranks_pids()) | self._keeper)
+            self._act_on_signals()
+            if self._teardown_at is None and self._any_failure():
+                self._begin_teardown("rank failed", signal.SIGTERM)
+            deadline_passed = self._deadline is not None and time.monotonic() >= self._deadline
+            if deadline_passed and not self._killed:
+                self._kill_ranks()
+
+    def _collect(self, timeout: float) -> None:
+        try:
+            item = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            rank, returncode, ended_at = item
+            started = self._ranks[rank]
+            self._record_exit(started.spec, started.process.pid, returncode, ended_at=ended_at)
+            try:
+                item = self._events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _record_exit(
+        self,
+        spec: WorkerSpec,
+        pid: int | None,
+        returncode: int,
+        start_error: str | None = None,
+        ended_at: float | None = None,
+        skipped: bool = False,
+    ) -> None:
+        ended_at = time.monotonic() if ended_at is None else ended_at
+        self._exits[spec.rank] = RankExit(
+            rank=spec.rank,
+            local_rank=spec.local_rank,
+            pid=pid,
+            returncode=returncode,
+            ended_after=ended_at - self._t0,
+            log_path=spec.log_path,
+            error_file=spec.error_file,
+            start_error=start_error,
+            skipped=skipped,
+        )
+
+    def _any_failure(self) -> bool:
+        return any(e.returncode != 0 for e in self._exits.values())
+
+    def _ranks_pids(self) -> list[int]:
+        return [started.process.pid for started in self._ranks.values()]
+
+    def _act_on_signals(self) -> None:
+        for signum in self._signals.take():
+            if self._teardown_at is None:
+                self._interrupt = signum
+                self._console.say(
+                    f"received {signal.Signals(signum).name}: forwarding it to every rank "
+                    f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
+                )
+                self._begin_teardown("signal", signum)
+            else:
+                self._console.say(f"received {signal.Signals(signum).name} again: killing now")
+                self._deadline = time.monotonic()
+                self._killed = False
+
+    def _begin_teardown(self, cause: str, signum: int) -> None:
+        self._teardown_at = time.monotonic()
+        self._deadline = self._teardown_at + self._plan.shutdown_timeout
+        self._cause = cause
+        for pid in self._ranks_pids():  # exited ranks too: their children share the group
+            signal_group(pid, signum)
+
+    def _kill_ranks(self) -> None:
+        for pid in self._ranks_pids():
+            signal_group(pid, signal.SIGKILL)
+        self._killed = True
+
+    # --- ending ---------------------------------------------------------------
+
+    def _find_strays(self) -> set[int]:
+        exclude = self._keeper
+        return descendants(exclude) | with_token(self._plan.run.token, exclude)
+
+    def _sweep_strays(self) -> int:
+        """End what the ranks left behind: own sessions, SIGTERM-ignorers, daemons."""
+        strays = self._find_strays()
+        if not strays:
+            return 0
+        now = time.monotonic()
+        end = now + min(STRAY_GRACE, self._plan.shutdown_timeout)
+        if self._deadline is not None:
+            end = min(end, max(self._deadline, now))
+        signal_pids(strays, signal.SIGTERM)
+        seen = set(strays)
+        while time.monotonic() < end and any(is_alive(pid) for pid in strays):
+            time.sleep(0.05)
+            reap_strays(keep=self._keeper)
+        for _ in range(20):  # a dying process may still start another
+            left = {pid for pid in strays if is_alive(pid)} | self._find_strays()
+            if not left:
+                break
+            seen |= left
+            signal_pids(left, signal.SIGKILL)
+            time.sleep(0.02)
+            reap_strays(keep=self._keeper)
+            strays = left
+        return len(seen)
+
+    def _kill_everything(self) -> None:
+        """The launcher itself failed: leave nothing running."""
+        for pid in self._ranks_pids():
+            signal_group(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            signal_pids(self._find_strays(), signal.SIGKILL)
+        for started in self._ranks.values():
+            with contextlib.suppress(Exception):
+                started.process.wait(timeout=5)
+
+    def _stop_threads(self) -> None:
+        until = time.monotonic() + TEE_DRAIN
+        for tee in self._tees:
+            tee.stop_by(until)
+        for tee in self._tees:
+            tee.join(TEE_DRAIN + 1)
+        if self._writer.is_alive():
+            self._writer.close()
+        for filtered in self._filtered.values():
+            filtered.close()

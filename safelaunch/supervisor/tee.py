@@ -1,0 +1,218 @@
+"""Per-rank tee: one reader thread per rank, one writer thread for the console.
+
+Each reader copies every byte of its rank's pipe(s) to the rank's file as it
+arrives (unbuffered, so a launcher crash loses nothing already read) and hands
+whole prefixed lines to the single console writer: lines from two ranks can
+never mix (honcho's model).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from safelaunch.console import Console
+from safelaunch.supervisor.lines import LineAssembler, format_lines
+
+CHUNK = 64 * 1024
+PARTIAL_AFTER = 1.0  # seconds an unterminated line waits before the console shows it
+_STOP = b""
+
+LogErrorHook = Callable[[int, Path, OSError, int], None]
+
+
+class ConsoleWriter(threading.Thread):
+    """The only thread that writes rank output to the terminal."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(name="safelaunch-console", daemon=True)
+        self._console = console
+        # Bounded: a slow terminal slows the ranks (as an inherited one would),
+        # instead of growing the launcher without limit. Files are written first.
+        self._queue: queue.Queue[bytes] = queue.Queue(maxsize=4096)
+
+    def put(self, data: bytes) -> None:
+        """Queue whole, prefixed lines."""
+        self._queue.put(data)
+
+    def run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while batch[-1] is not _STOP and len(batch) < 512:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = batch[-1] is _STOP
+            self._console.emit(b"".join(batch))
+            if done:
+                return
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        self._queue.put(_STOP)
+        self.join()
+
+
+class FilteredLog:
+    """attempt_N/filtered_std{out,err}.log: lines matching --duplicate-*-filters."""
+
+    def __init__(self, path: Path, filters: tuple[str, ...]) -> None:
+        self._needles = tuple(f.encode("utf-8") for f in filters)
+        self._path = path
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+
+    def offer(self, prefix: str, lines: list[bytes]) -> None:
+        """Append the lines that match a filter."""
+        hits = [line for line in lines if any(n in line for n in self._needles)]
+        if not hits:
+            return
+        data = b"".join(prefix.encode() + b" " + line + b"\n" for line in hits)
+        with self._lock:
+            try:
+                if self._fd is None:
+                    self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.write(self._fd, data)
+            except OSError:
+                pass  # the rank's own log still has these lines
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+class RankTee(threading.Thread):
+    """Reads one rank's pipes until they close; file first, then console."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        pipes: Mapping[int, int],
+        log_fd: int | None,
+        log_path: Path,
+        prefix: str,
+        shown_streams: int,
+        writer: ConsoleWriter,
+        filtered: Mapping[int, FilteredLog],
+        on_log_error: LogErrorHook,
+    ) -> None:
+        super().__init__(name=f"safelaunch-tee-{rank}", daemon=True)
+        self.rank = rank
+        self._pipes = dict(pipes)  # fd -> stream (STD_ALL when both share a pipe)
+        self._assemblers = {fd: LineAssembler() for fd in pipes}
+        self._quiet_since: dict[int, float] = {}
+        self._log_fd = log_fd
+        self._log_path = log_path
+        self._written = 0
+        self._prefix = prefix
+        self._plain_prefix = f"[rank{rank}]:"
+        self._shown = shown_streams
+        self._writer = writer
+        self._filtered = filtered
+        self._on_log_error = on_log_error
+        self._stop_at: float | None = None
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes stored in the rank's log file so far."""
+        return self._written
+
+    def stop_by(self, when: float) -> None:
+        """Give up on pipes still open at `when` (held by a process we could not end)."""
+        self._stop_at = when
+
+    def run(self) -> None:
+        poller = select.poll()
+        for fd in self._pipes:
+            poller.register(fd, select.POLLIN)
+        try:
+            while self._pipes:
+                if self._stop_at is not None and time.monotonic() >= self._stop_at:
+                    break
+                for fd, _event in poller.poll(self._poll_timeout_ms()):
+                    if not self._read(fd):
+                        poller.unregister(fd)
+                self._show_stale_partials()
+        finally:
+            for fd in list(self._pipes):
+                self._finish_stream(fd)
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
+
+    def _poll_timeout_ms(self) -> int:
+        """Block until data, except to show a stale partial line or to honour stop_by."""
+        waits = []
+        if self._quiet_since:
+            waits.append(min(self._quiet_since.values()) + PARTIAL_AFTER - time.monotonic())
+        if self._stop_at is not None:
+            waits.append(0.2)
+        return int(max(0.0, min(waits)) * 1000) + 1 if waits else -1
+
+    def _read(self, fd: int) -> bool:
+        """Copy one chunk; False once the pipe is closed."""
+        try:
+            data = os.read(fd, CHUNK)
+        except OSError:
+            data = b""
+        if not data:
+            self._finish_stream(fd)
+            return False
+        self._store(data)
+        assembler = self._assemblers[fd]
+        lines = assembler.feed(data)
+        if lines:
+            self._route(self._pipes[fd], lines)
+        if assembler.pending:
+            self._quiet_since.setdefault(fd, time.monotonic())
+        else:
+            self._quiet_since.pop(fd, None)
+        return True
+
+    def _store(self, data: bytes) -> None:
+        if self._log_fd is None:
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                count = os.write(self._log_fd, view)
+                self._written += count
+                view = view[count:]
+        except OSError as exc:
+            os.close(self._log_fd)
+            self._log_fd = None
+            self._on_log_error(self.rank, self._log_path, exc, self._written)
+
+    def _route(self, stream: int, lines: list[bytes]) -> None:
+        if stream & self._shown:
+            self._writer.put(format_lines(lines, self._prefix, self.rank))
+        if stream in self._filtered:  # a shared pipe (STD_ALL) is never filtered
+            self._filtered[stream].offer(self._plain_prefix, lines)
+
+    def _show_stale_partials(self) -> None:
+        now = time.monotonic()
+        for fd, since in list(self._quiet_since.items()):
+            if now - since >= PARTIAL_AFTER:
+                self._flush_partial(fd)
+
+    def _flush_partial(self, fd: int) -> None:
+        self._quiet_since.pop(fd, None)
+        text = self._assemblers[fd].flush()
+        if text is not None:
+            self._route(self._pipes[fd], [text])
+
+    def _finish_stream(self, fd: int) -> None:
+        if fd not in self._pipes:
+            return
+        self._flush_partial(fd)
+        del self._pipes[fd]
+        os.close(fd)

@@ -1,0 +1,145 @@
+"""Helpers for tests that run the real `safelaunch` on tiny worker scripts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+WORKERS = Path(__file__).parent / "workers"
+MARK_VAR = "SAFELAUNCH_TEST_MARK"
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    log_dir: Path
+    mark: str
+    wall: float
+
+    @property
+    def run_dir(self) -> Path:
+        return (self.log_dir / "latest").resolve()
+
+    def attempt(self, n: int = 0) -> Path:
+        return self.run_dir / f"attempt_{n}"
+
+    def rank_log(self, rank: int, attempt: int = 0) -> bytes:
+        return (self.attempt(attempt) / f"rank{rank}.log").read_bytes()
+
+
+def safelaunch_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "safelaunch", *args]
+
+
+def marked_env(
+    tmp_path: Path, extra: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+) -> tuple[dict[str, str], str]:
+    """The environment for a launch, carrying a mark every descendant inherits."""
+    mark = uuid.uuid4().hex
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PET_", "SAFELAUNCH_")) and k not in unset
+    }
+    env.update({MARK_VAR: mark, "SAFELAUNCH_COLOR": "never", "PIDS_DIR": str(tmp_path / "pids")})
+    (tmp_path / "pids").mkdir(exist_ok=True)
+    env.update(extra or {})
+    return env, mark
+
+
+def launch(
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 90,
+    log_dir: Path | None = None,
+    unset: tuple[str, ...] = (),
+) -> Run:
+    """Run safelaunch to completion; assert afterwards that it left no process behind."""
+    run_env, mark = marked_env(tmp_path, env, unset)
+    logs = log_dir or tmp_path / "logs"
+    started = time.monotonic()
+    proc = subprocess.run(
+        safelaunch_cmd("--log-dir", str(logs), *args),
+        cwd=tmp_path,
+        env=run_env,
+        capture_output=True,
+        timeout=timeout,
+    )
+    wall = time.monotonic() - started
+    result = Run(
+        returncode=proc.returncode,
+        stdout=proc.stdout.decode("utf-8", "replace"),
+        stderr=proc.stderr.decode("utf-8", "replace"),
+        log_dir=logs,
+        mark=mark,
+        wall=wall,
+    )
+    assert_no_orphans(mark, within=2.0)
+    return result
+
+
+def marked_processes(mark: str) -> set[int]:
+    """Live (non-zombie) processes whose environment carries the test's mark."""
+    needle = f"{MARK_VAR}={mark}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and stat[stat.rfind(b")") + 2 :][:1] != b"Z":
+            found.add(int(entry.name))
+    return found
+
+
+def assert_no_orphans(mark: str, within: float) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        left = marked_processes(mark)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            details = {pid: _cmdline(pid) for pid in left}
+            for pid in left:  # do not leak into the next test
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            pytest.fail(f"orphans left behind: {details}")
+        time.sleep(0.05)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "?"
+
+
+def worker(name: str) -> str:
+    return str(WORKERS / name)
+
+
+def console_lines(text: str, rank: int) -> list[str]:
+    prefix = f"[rank{rank}]: "
+    return [line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture
+def torchrun() -> str:
+    path = Path(sys.executable).with_name("torchrun")
+    if not path.exists():
+        pytest.skip("torchrun is not installed")
+    return str(path)
