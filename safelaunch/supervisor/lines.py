@@ -16,10 +16,11 @@ _LINE = re.compile(rb"([^\r\n]*)(\r\n|\n|\r)")
 class LineAssembler:
     """Turns chunks from one stream into complete console lines."""
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_pending", "_shown_early")
 
     def __init__(self) -> None:
         self._pending = b""
+        self._shown_early = False  # the current line went out unterminated (flush)
 
     @property
     def pending(self) -> bool:
@@ -34,6 +35,10 @@ class LineAssembler:
             self._pending = lines.pop()
         else:
             lines = self._split_with_cr(buf)
+        if self._shown_early and (lines or self._pending):
+            self._shown_early = False
+            if lines and not lines[0]:
+                del lines[0]  # the terminator of a line the console already showed
         if len(self._pending) > MAX_LINE:
             lines.append(self._pending)
             self._pending = b""
@@ -57,6 +62,7 @@ class LineAssembler:
         """Give up on the held line (stream ended or went quiet); None if there is none."""
         text = self._pending.rstrip(b"\r")
         self._pending = b""
+        self._shown_early = bool(text)
         return text or None
 
 

@@ -1,6 +1,7 @@
 """Each rank starts children that try to outlive it, then rank 1 fails (or all succeed).
 
-MODE=fail: rank 1 raises; MODE=ok: every rank exits 0 leaving its children running.
+MODE=fail: rank 1 raises; MODE=ok: every rank exits 0 leaving its children running;
+MODE=hold: every rank keeps running (for tests that signal the launcher).
 Children: one in the rank's group that ignores SIGTERM, one in its own session
 (setsid), both sleeping for a minute. Their pids go to $PIDS_DIR.
 """
@@ -19,7 +20,11 @@ own_session = subprocess.Popen(
 with open(os.path.join(os.environ["PIDS_DIR"], f"rank{rank}"), "w") as out:
     out.write(f"{os.getpid()} {stubborn.pid} {own_session.pid}\n")
 time.sleep(0.5)  # let the children install their handlers
-if os.environ.get("MODE", "fail") == "fail":
+mode = os.environ.get("MODE", "fail")
+print("ready", flush=True)
+if mode == "hold":
+    time.sleep(120)
+if mode == "fail":
     if rank == "1":
         raise RuntimeError("rank 1 fails, leaving children behind")
     time.sleep(60)

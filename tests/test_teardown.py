@@ -1,0 +1,114 @@
+"""Fault injection around teardown: nothing the job started may survive it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_orphans, launch, marked_env, safelaunch_cmd, worker
+
+pytestmark = pytest.mark.slow
+
+
+def _recorded_pids(tmp_path: Path) -> list[int]:
+    return [int(p) for f in (tmp_path / "pids").iterdir() for p in f.read_text().split()]
+
+
+def test_failed_rank_children_and_sigterm_ignoring_grandchildren_are_ended(
+    tmp_path: Path,
+) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("children.py"), env={"MODE": "fail"})
+    assert run.returncode == 1
+    assert "FAILED: rank 1 exited with code 1" in run.stderr
+    assert len(_recorded_pids(tmp_path)) == 6  # 2 ranks x (rank, stubborn child, setsid child)
+    assert "leftover process(es)" in run.stderr
+    assert run.wall < 10  # stubborn children get SIGKILL after a short grace, not 30 s
+
+
+def test_background_children_after_success_are_ended(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("children.py"), env={"MODE": "ok"})
+    assert run.returncode == 0, run.stderr
+    assert "all 2 ranks succeeded" in run.stderr
+    assert "ended 4 leftover process(es)" in run.stderr
+
+
+def test_shutdown_timeout_bounds_a_rank_that_ignores_sigterm(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    time.sleep(0.5); sys.exit(4)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "time.sleep(60)\n"
+    )
+    run = launch(tmp_path, "--nproc-per-node=2", "--shutdown-timeout=1", str(script))
+    assert run.returncode == 4
+    assert "rank 0: stopped by safelaunch (SIGKILL)" in run.stderr
+    assert run.wall < 5
+
+
+def _start_and_wait_ready(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    run_env, mark = marked_env(tmp_path, env)
+    proc = subprocess.Popen(
+        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args),
+        cwd=tmp_path,
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    nproc = int(next(a for a in args if a.startswith("--nproc-per-node=")).split("=")[1])
+    deadline = time.monotonic() + 30
+    while len(list((tmp_path / "pids").iterdir())) < nproc:
+        assert time.monotonic() < deadline, "ranks never became ready"
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.3)  # children have installed their handlers
+    return proc, mark
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_launcher_signal_is_forwarded_and_nothing_survives(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    proc, mark = _start_and_wait_ready(
+        tmp_path,
+        "--nproc-per-node=2",
+        "--shutdown-timeout=5",
+        worker("children.py"),
+        env={"MODE": "hold"},
+    )
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert time.monotonic() - sent < 5
+    text = err.decode()
+    assert f"received {sig.name}: forwarding it to every rank" in text
+    assert f"interrupted by {sig.name}" in text
+    assert_no_orphans(mark, within=2.0)
+
+
+def test_second_signal_kills_at_once(tmp_path: Path) -> None:
+    proc, mark = _start_and_wait_ready(
+        tmp_path, "--nproc-per-node=2", worker("sleeper.py"), env={"IGNORE_TERM": "1"}
+    )
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert proc.poll() is None  # the ranks ignore SIGTERM: the 30 s grace is running
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 143
+    assert "again: killing now" in err.decode()
+    assert_no_orphans(mark, within=2.0)
+
+
+def test_launcher_sigkill_takes_every_rank_and_grandchild_with_it(tmp_path: Path) -> None:
+    proc, mark = _start_and_wait_ready(
+        tmp_path, "--nproc-per-node=2", worker("children.py"), env={"MODE": "hold"}
+    )
+    proc.kill()
+    proc.wait(timeout=5)
+    assert_no_orphans(mark, within=2.0)
