@@ -1,0 +1,144 @@
+"""Bad input: one clear line, a non-zero exit code, no traceback, no rank started."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import marked_env, safelaunch_cmd, worker
+
+from safelaunch import exitcodes
+
+
+def _cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    run_env, _ = marked_env(tmp_path, env)
+    return subprocess.run(
+        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args),
+        cwd=tmp_path,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def _nothing_started(tmp_path: Path) -> bool:
+    return not list((tmp_path / "pids").iterdir()) and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["--nproc_per_nod=2"], exitcodes.USAGE, "No such option '--nproc_per_nod'"),
+        (["--nproc-per-node=zero"], exitcodes.USAGE, "is not a number of ranks"),
+        (["--nproc-per-node=0"], exitcodes.USAGE, "must be at least 1"),
+        (["--max-restarts=x"], exitcodes.USAGE, "'x' is not a valid integer"),
+        (["--nnodes=2"], exitcodes.USAGE, "multi-node launch is not supported yet"),
+        (["--nnodes=1:4"], exitcodes.USAGE, "multi-node launch is not supported yet"),
+        (["--nnodes=3:1"], exitcodes.USAGE, "needs 0 < MIN <= MAX"),
+        (["--node-rank=1"], exitcodes.USAGE, "multi-node launch is not supported yet"),
+        (["--rdzv-backend=etcd"], exitcodes.USAGE, "is not supported yet"),
+        (["--redirects=5"], exitcodes.USAGE, "is not 0-3 or a list"),
+        (["--tee=0:9"], exitcodes.USAGE, "is not 0-3 or a list"),
+        (["--local-ranks-filter=a"], exitcodes.USAGE, "is not a list of local ranks"),
+        (["--signals-to-handle=SIGNOPE"], exitcodes.USAGE, "is not a signal name"),
+        (["--signals-to-handle=SIGKILL"], exitcodes.USAGE, "cannot be caught"),
+        (["--monitor-interval=0"], exitcodes.USAGE, "must be positive"),
+        (["-m", "--no-python"], exitcodes.USAGE, "cannot be used together"),
+        (["--nproc-per-node=xpu"], exitcodes.USAGE, "not supported yet"),
+    ],
+)
+def test_bad_flags(tmp_path: Path, args: list[str], code: int, needle: str) -> None:
+    result = _cli(tmp_path, *args, worker("dump_env.py"))
+    assert result.returncode == code, result.stderr
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert _nothing_started(tmp_path)
+
+
+def test_mistyped_flag_gets_a_hint(tmp_path: Path) -> None:
+    result = _cli(tmp_path, "--nproc_per_nod=2", worker("dump_env.py"))
+    assert result.returncode == exitcodes.USAGE
+    assert "Did you mean" in result.stderr and "'--nproc_per_node'" in result.stderr
+
+
+def test_error_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    result = _cli(tmp_path, "missing_script.py")
+    assert result.returncode == exitcodes.PREFLIGHT
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"safelaunch: error: training script 'missing_script.py' not found (working directory: "
+        f"{tmp_path}); check the path, or pass -m for a module"
+    ]
+    assert _nothing_started(tmp_path)
+
+
+def test_no_python_needs_an_executable(tmp_path: Path) -> None:
+    result = _cli(tmp_path, "--no-python", "./no-such-tool")
+    assert result.returncode == exitcodes.PREFLIGHT
+    assert "is not an executable file or a command on PATH" in result.stderr
+
+
+def test_gpu_count_without_gpu_is_a_preflight_error(tmp_path: Path) -> None:
+    result = _cli(
+        tmp_path, "--nproc-per-node=gpu", worker("dump_env.py"), env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert result.returncode == exitcodes.PREFLIGHT
+    assert "no GPU is visible" in result.stderr and "--nproc-per-node=2" in result.stderr
+    assert _nothing_started(tmp_path)
+
+
+def test_cpu_and_auto_resolve_without_gpu(tmp_path: Path) -> None:
+    result = _cli(
+        tmp_path, "--nproc-per-node=auto", worker("dump_env.py"), env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "one per CPU" in result.stderr
+
+
+def test_explicit_master_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _cli(tmp_path, f"--master-port={port}", worker("dump_env.py"))
+    assert result.returncode == exitcodes.PREFLIGHT
+    assert f"port {port} is already in use" in result.stderr
+    assert _nothing_started(tmp_path)
+
+
+def test_not_yet_meaningful_flags_are_said_not_ignored(tmp_path: Path) -> None:
+    result = _cli(
+        tmp_path,
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:29400",
+        "--numa-binding=node",
+        "--logs-specs=x",
+        "--event-log-handler=console",
+        worker("dump_env.py"),
+    )
+    assert result.returncode == 0, result.stderr
+    for flag in ("--rdzv-endpoint", "--numa-binding", "--logs-specs", "--event-log-handler"):
+        assert f"note: {flag}" in result.stderr
+
+
+def test_help_lists_torchrun_and_own_options_apart() -> None:
+    result = subprocess.run(safelaunch_cmd("--help"), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    torchrun_part, own_part = result.stdout.split("safelaunch options:")
+    assert "--nproc-per-node, --nproc_per_node" in torchrun_part
+    assert "--virtual-local-rank, --virtual_local_rank" in torchrun_part
+    assert "--color" in own_part and "--color" not in torchrun_part
+
+
+def test_every_torchrun_flag_is_accepted(torchrun: str) -> None:
+    """Compare with `torchrun --help` itself: no flag of its may be unknown to us."""
+    theirs = subprocess.run([torchrun, "--help"], capture_output=True, text=True).stdout
+    ours = subprocess.run(safelaunch_cmd("--help"), capture_output=True, text=True).stdout
+    import re
+
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z_-]+|-[a-z])\b", theirs)) - {"-h"}
+    missing = sorted(f for f in flags if f not in ours)
+    assert not missing

@@ -1,0 +1,105 @@
+"""Judging attempts (replayed records) and rendering the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safelaunch.diagnose import diagnose, parse_traceback
+from safelaunch.outcome import FAILED, STOPPED, SUCCEEDED, outcome_of
+from safelaunch.plan import LaunchPlan, RunIdentity
+from safelaunch.report import render_summary
+from safelaunch.supervisor import AttemptRecord, RankExit
+
+RUN = RunIdentity(run_id="r", run_dir=Path("/l/r"), token="t")
+PLAN = LaunchPlan(
+    run=RUN,
+    attempt=0,
+    attempt_dir=Path("/l/r/attempt_0"),
+    workers=(),
+    split_streams=False,
+    duplicate_filters={},
+    shutdown_timeout=30,
+    monitor_interval=0.1,
+    color=False,
+    env_choices=(),
+)
+
+
+def _exit(rank: int, returncode: int, at: float) -> RankExit:
+    return RankExit(
+        rank=rank,
+        local_rank=rank,
+        pid=100 + rank,
+        returncode=returncode,
+        ended_after=at,
+        log_path=Path(f"/nonexistent/rank{rank}.log"),
+        error_file=Path(f"/nonexistent/rank{rank}.error.json"),
+    )
+
+
+def _record(
+    exits: list[RankExit],
+    teardown: float | None,
+    cause: str | None = None,
+    signum: int | None = None,
+) -> AttemptRecord:
+    return AttemptRecord(
+        plan=PLAN,
+        exits=tuple(exits),
+        teardown_after=teardown,
+        teardown_cause=cause,
+        interrupt_signal=signum,
+        strays_ended=0,
+        log_problems=(),
+        duration=2.0,
+    )
+
+
+def test_earliest_failure_is_the_root_cause_and_killed_ranks_are_not_failures() -> None:
+    record = _record(
+        [_exit(0, -15, 1.3), _exit(1, 1, 1.21), _exit(2, -11, 1.2), _exit(3, 0, 0.5)],
+        teardown=1.25,
+        cause="rank failed",
+    )
+    outcome = outcome_of(record)
+    assert [r.state for r in outcome.ranks] == [STOPPED, FAILED, FAILED, SUCCEEDED]
+    assert outcome.first_failure is not None and outcome.first_failure.rank == 2
+    assert outcome.exit_code == 139
+    text = render_summary(outcome, diagnose(outcome))
+    assert text.splitlines()[0].startswith("FAILED: rank 2 died of SIGSEGV (exit 139)")
+    assert "rank 0: stopped by safelaunch (SIGTERM)" in text
+    assert "rank 1: exited with code 1" in text
+
+
+def test_interrupt_exit_code_is_128_plus_signal() -> None:
+    outcome = outcome_of(_record([_exit(0, -2, 1.0)], teardown=0.9, cause="signal", signum=2))
+    assert (outcome.status, outcome.exit_code) == ("interrupted", 130)
+    assert render_summary(outcome, diagnose(outcome)).startswith("interrupted by SIGINT")
+
+
+def test_many_ranks_fold_into_ranges() -> None:
+    exits = [_exit(r, -15, 2.0) for r in range(64)]
+    exits[17] = _exit(17, 1, 1.0)
+    outcome = outcome_of(_record(exits, teardown=1.1, cause="rank failed"))
+    text = render_summary(outcome, diagnose(outcome))
+    assert "ranks 0-16,18-63: stopped by safelaunch (SIGTERM)" in text
+    assert len(text.splitlines()) < 8
+
+
+def test_traceback_parsing_points_at_user_code_and_strips_rank_markers() -> None:
+    log = "\n".join(
+        [
+            "some output",
+            "[rank3]: Traceback (most recent call last):",
+            '[rank3]:   File "/home/u/train.py", line 57, in <module>',
+            "[rank3]:     main()",
+            '[rank3]:   File "/venv/lib/python3.11/site-packages/torch/nn/module.py", line 9, in f',
+            "[rank3]:     ^^^^",
+            "[rank3]: RuntimeError: Expected all tensors to be on the same device",
+        ]
+    )
+    assert parse_traceback(log) == (
+        "RuntimeError: Expected all tensors to be on the same device",
+        "/home/u/train.py:57 in <module>",
+    )
+    assert parse_traceback("no traceback here") is None

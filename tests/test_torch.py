@@ -1,0 +1,80 @@
+"""Real torch.distributed on CPU with Gloo, and parity with torchrun 2.13 itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import console_lines, launch, marked_env, worker
+
+pytest.importorskip("torch")
+EXAMPLE = str(Path(__file__).parents[1] / "scripts" / "train_toy_ddp.py")
+
+# Variables that differ between any two launches, or that only one launcher sets by design
+# (documented in docs/compatibility.md).
+EXPECTED_VALUE_DIFFERENCES = {
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+}
+SAFELAUNCH_ONLY = {"SAFELAUNCH_RUN_TOKEN", "SAFELAUNCH_ATTEMPT_DIR"}
+HARNESS = {"PIDS_DIR", "SAFELAUNCH_TEST_MARK", "SAFELAUNCH_COLOR"}  # set by this test itself
+
+
+@pytest.mark.slow
+def test_toy_ddp_trains_on_gloo(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc_per_node=2", EXAMPLE, "--steps", "6", timeout=120)
+    assert run.returncode == 0, run.stderr
+    for rank in (0, 1):
+        lines = console_lines(run.stdout, rank)
+        assert any(line.startswith("step   5 loss") and "world size 2" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_torchs_own_rank_prefix_is_not_doubled(tmp_path: Path) -> None:
+    run = launch(
+        tmp_path, "--nproc_per_node=2", EXAMPLE, "--fail-rank", "1", "--fail-step", "2", timeout=120
+    )
+    assert run.returncode == 1
+    assert "[rank1]: [rank1]:" not in run.stdout
+    assert "[rank1]: RuntimeError: injected failure on rank 1 at step 2" in run.stdout
+    # the file keeps torch's own marker, byte for byte
+    assert b"[rank1]: RuntimeError: injected failure on rank 1 at step 2" in run.rank_log(1)
+    assert "error: RuntimeError: injected failure on rank 1 at step 2" in run.stderr
+    assert "train_toy_ddp.py" in run.stderr.split("at:")[1].splitlines()[0]
+
+
+@pytest.mark.slow
+def test_worker_environment_matches_torchrun(tmp_path: Path, torchrun: str) -> None:
+    ours = tmp_path / "ours"
+    theirs = tmp_path / "theirs"
+    for where in (ours, theirs):
+        where.mkdir()
+    run = launch(ours, "--nproc_per_node=2", "--max-restarts=1", worker("dump_env.py"), "a")
+    assert run.returncode == 0, run.stderr
+    env, _ = marked_env(theirs)
+    subprocess.run(
+        [torchrun, "--nproc_per_node=2", "--max-restarts=1", worker("dump_env.py"), "a"],
+        cwd=theirs,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    for rank in (0, 1):
+        mine = json.loads((ours / "pids" / f"env{rank}.json").read_text())
+        real = json.loads((theirs / "pids" / f"env{rank}.json").read_text())
+        mine_env, real_env = mine["env"], real["env"]
+        added_by_us = set(mine_env) - set(os.environ) - HARNESS
+        added_by_torchrun = set(real_env) - set(os.environ) - HARNESS
+        assert added_by_us - SAFELAUNCH_ONLY - {"PYTHONUNBUFFERED"} == added_by_torchrun
+        for name in added_by_torchrun - EXPECTED_VALUE_DIFFERENCES:
+            assert mine_env[name] == real_env[name], name
+        assert mine["argv"] == real["argv"]
+        assert mine["orig_argv"][1:] == real["orig_argv"][1:]  # `-u script a`
+        # same interpreter (spelled python or python3 depending on how each was started)
+        assert Path(mine["orig_argv"][0]).resolve() == Path(real["orig_argv"][0]).resolve()
