@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import time
 from pathlib import Path
 
@@ -32,9 +31,9 @@ from safelaunch.supervisor import (
 
 def new_run(config: LaunchConfig) -> RunIdentity:
     """A fresh run id (sortable by start time), its directory and its process token."""
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     return RunIdentity(
-        run_id=run_id, run_dir=config.log_dir.resolve() / run_id, token=secrets.token_hex(16)
+        run_id=run_id, run_dir=config.log_dir.resolve() / run_id, token=os.urandom(16).hex()
     )
 
 

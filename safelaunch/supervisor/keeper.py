@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-from safelaunch.supervisor.procs import signal_pids, with_token
+from safelaunch.supervisor.procs import job_processes, signal_pids
 
 _DONE = b"x"
 _GRACE = 1.0  # seconds between SIGTERM and SIGKILL once the launcher is gone
@@ -70,13 +70,17 @@ def _watch(read_fd: int, token: str) -> None:
     _sweep(token)
 
 
+def _with_token(token: str) -> set[int]:
+    return job_processes(token, below=None)
+
+
 def _sweep(token: str) -> None:
     deadline = time.monotonic() + _GRACE
-    signal_pids(with_token(token), signal.SIGTERM)
-    while time.monotonic() < deadline and with_token(token):
+    signal_pids(_with_token(token), signal.SIGTERM)
+    while time.monotonic() < deadline and _with_token(token):
         time.sleep(0.05)
     for _ in range(10):  # repeat: a dying process may still start another
-        left = with_token(token)
+        left = _with_token(token)
         if not left:
             return
         signal_pids(left, signal.SIGKILL)

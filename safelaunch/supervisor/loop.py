@@ -20,12 +20,11 @@ from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, WorkerSpec
 from safelaunch.supervisor.lines import rank_label
 from safelaunch.supervisor.procs import (
-    descendants,
     is_alive,
+    job_processes,
     reap_strays,
     signal_group,
     signal_pids,
-    with_token,
 )
 from safelaunch.supervisor.signals import SignalReceiver
 from safelaunch.supervisor.spawn import StartedRank, start_rank
@@ -301,8 +300,7 @@ class _Attempt:
     # --- ending ---------------------------------------------------------------
 
     def _find_strays(self) -> set[int]:
-        exclude = self._keeper
-        return descendants(exclude) | with_token(self._plan.run.token, exclude)
+        return job_processes(self._plan.run.token, below=os.getpid(), exclude=self._keeper)
 
     def _sweep_strays(self) -> int:
         """End what the ranks left behind: own sessions, SIGTERM-ignorers, daemons."""

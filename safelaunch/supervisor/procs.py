@@ -12,8 +12,6 @@ import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import psutil
-
 from safelaunch.plan import TOKEN_VAR
 
 _PR_SET_PDEATHSIG = 1
@@ -41,41 +39,50 @@ def die_with(parent_pid: int) -> Callable[[], None]:
     return hook
 
 
-def with_token(token: str, exclude: Iterable[int] = ()) -> set[int]:
-    """Live processes whose environment carries this run's token (any parent, any session)."""
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """(state letter, parent pid) from /proc/PID/stat; None when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)  # comm may contain anything
+    return fields[0], int(fields[1])
+
+
+def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ()) -> set[int]:
+    """Live processes that belong to the run, found in one pass over /proc.
+
+    That is every descendant of `below` (orphans included, since the launcher is
+    a subreaper) and every process whose environment carries the run's token,
+    whatever its parent or session.
+    """
     needle = f"{TOKEN_VAR}={token}".encode()
     skip = set(exclude) | {os.getpid()}
+    children: dict[int, list[int]] = {}
     found = set()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in skip:
+        if not entry.name.isdigit():
             continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue  # gone, or not ours to read
-        if needle in environ.split(b"\0") and is_alive(int(entry.name)):
-            found.add(int(entry.name))
-    return found
-
-
-def descendants(exclude: Iterable[int] = ()) -> set[int]:
-    """Live processes below the launcher (orphans included, since we are a subreaper)."""
-    skip = set(exclude)
-    found = set()
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process().children(recursive=True):
-            if child.pid not in skip and is_alive(child.pid):
-                found.add(child.pid)
+        pid = int(entry.name)
+        stat = _stat(pid)
+        if stat is None or stat[0] == b"Z" or pid in skip:
+            continue
+        children.setdefault(stat[1], []).append(pid)
+        with contextlib.suppress(OSError):  # gone, or not ours to read
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.add(pid)
+    stack = list(children.get(below, [])) if below is not None else []
+    while stack:
+        pid = stack.pop()
+        found.add(pid)
+        stack.extend(children.get(pid, []))
     return found
 
 
 def is_alive(pid: int) -> bool:
     """True for a process that exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+    stat = _stat(pid)
+    return stat is not None and stat[0] != b"Z"
 
 
 def signal_group(pgid: int, sig: int) -> None:

@@ -21,6 +21,10 @@ from safelaunch.supervisor.lines import LineAssembler, format_lines
 
 CHUNK = 64 * 1024
 PARTIAL_AFTER = 1.0  # seconds an unterminated line waits before the console shows it
+# After a wake-up, let a burst of small writes (print under -u writes the text and
+# the newline separately) pile up into one read: a few large reads cost the
+# launcher far less CPU, which the ranks need, than thousands of tiny ones.
+COALESCE = 0.002
 _STOP = b""
 
 LogErrorHook = Callable[[int, Path, OSError, int], None]
@@ -120,6 +124,7 @@ class RankTee(threading.Thread):
         self._filtered = filtered
         self._on_log_error = on_log_error
         self._stop_at: float | None = None
+        self._behind = False  # the last read filled the buffer: read again at once
 
     @property
     def bytes_written(self) -> int:
@@ -138,7 +143,10 @@ class RankTee(threading.Thread):
             while self._pipes:
                 if self._stop_at is not None and time.monotonic() >= self._stop_at:
                     break
-                for fd, _event in poller.poll(self._poll_timeout_ms()):
+                ready = poller.poll(self._poll_timeout_ms())
+                if ready and not self._behind:
+                    time.sleep(COALESCE)
+                for fd, _event in ready:
                     if not self._read(fd):
                         poller.unregister(fd)
                 self._show_stale_partials()
@@ -167,6 +175,7 @@ class RankTee(threading.Thread):
         if not data:
             self._finish_stream(fd)
             return False
+        self._behind = len(data) == CHUNK
         self._store(data)
         assembler = self._assemblers[fd]
         lines = assembler.feed(data)
