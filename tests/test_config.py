@@ -66,3 +66,22 @@ def test_rdzv_conf_and_signals() -> None:
     with pytest.raises(ConfigError):
         parse_rdzv_conf("timeout")
     assert parse_signals("SIGTERM,usr1") == (signal.SIGTERM, signal.SIGUSR1)
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+def test_colour_auto_means_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    from safelaunch.console import color_wanted
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert color_wanted("auto", _Stream(True))  # type: ignore[arg-type]
+    assert not color_wanted("auto", _Stream(False))  # type: ignore[arg-type]
+    assert color_wanted("always", _Stream(False))  # type: ignore[arg-type]
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not color_wanted("auto", _Stream(True))  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ import json
 import shutil
 import stat
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def test_success_runs_every_rank_with_script_args_untouched(tmp_path: Path) -> N
         assert dumped["argv"] == [worker("dump_env.py"), *args]
         assert dumped["orig_argv"][:2] == [sys.executable, "-u"]
         assert dumped["env"]["RANK"] == str(rank)
+        assert dumped["sid"] == dumped["pgid"] == dumped["pid"]  # its own session and group
     assert "all 3 ranks succeeded" in run.stderr
     assert (run.attempt(0) / "launcher.log").read_text().count("all 3 ranks succeeded") == 1
 
@@ -154,3 +156,24 @@ def _line_of(path: str, text: str) -> int:
     """1-based line number of the first line containing `text`."""
     lines = Path(path).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_two_jobs_started_together_get_different_ports(tmp_path: Path) -> None:
+    jobs = [tmp_path / "a", tmp_path / "b"]
+    for job in jobs:
+        job.mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda job: launch(job, worker("dump_env.py")), jobs))
+    assert [run.returncode for run in runs] == [0, 0]
+    ports = {
+        json.loads((job / "pids" / "env0.json").read_text())["env"]["MASTER_PORT"] for job in jobs
+    }
+    assert len(ports) == 2
+
+
+def test_colour_only_when_asked_or_on_a_terminal(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", "--color=always", worker("bad_utf8.py"))
+    assert "\x1b[36m[rank0]:\x1b[0m ok \u00e9" in run.stdout
+    assert b"\x1b" not in run.rank_log(0)  # files never get colour
+    run = launch(tmp_path, "--nproc-per-node=2", worker("bad_utf8.py"))  # a pipe: no colour
+    assert "\x1b" not in run.stdout + run.stderr

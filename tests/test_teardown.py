@@ -69,7 +69,10 @@ def _start_and_wait_ready(tmp_path: Path, *args: str, env: dict[str, str] | None
     return proc, mark
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(
+    ("sig", "code"),
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129), (signal.SIGQUIT, 131)],
+)
 def test_launcher_signal_is_forwarded_and_nothing_survives(
     tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:

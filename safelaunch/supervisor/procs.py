@@ -21,7 +21,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def become_subreaper() -> bool:
     """Make orphaned descendants reparent to us instead of init, so the sweep finds them."""
-    return _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return bool(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
 
 def die_with(parent_pid: int) -> Callable[[], None]:

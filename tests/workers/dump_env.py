@@ -13,6 +13,9 @@ with open(path, "w") as out:
             "orig_argv": sys.orig_argv,
             "name": __name__,
             "path0": sys.path[0],
+            "pid": os.getpid(),
+            "sid": os.getsid(0),
+            "pgid": os.getpgid(0),
         },
         out,
     )
