@@ -78,3 +78,27 @@ def test_worker_environment_matches_torchrun(tmp_path: Path, torchrun: str) -> N
         assert mine["orig_argv"][1:] == real["orig_argv"][1:]  # `-u script a`
         # same interpreter (spelled python or python3 depending on how each was started)
         assert Path(mine["orig_argv"][0]).resolve() == Path(real["orig_argv"][0]).resolve()
+
+
+@pytest.mark.slow
+def test_record_decorator_writes_into_our_error_file(tmp_path: Path) -> None:
+    script = tmp_path / "recorded.py"
+    script.write_text(
+        "import os\n"
+        "from torch.distributed.elastic.multiprocessing.errors import record\n"
+        "\n"
+        "def check_batch():\n"
+        "    raise ValueError('batch 3 has 0 samples')\n"
+        "\n"
+        "@record\n"
+        "def main():\n"
+        "    if os.environ['RANK'] == '1':\n"
+        "        check_batch()\n"
+        "\n"
+        "main()\n"
+    )
+    run = launch(tmp_path, "--nproc-per-node=2", str(script), timeout=120)
+    assert run.returncode == 1
+    assert (run.attempt() / "rank1.error.json").exists()
+    assert "error: ValueError: batch 3 has 0 samples" in run.stderr
+    assert f"at:    {script}:5 in check_batch" in run.stderr
