@@ -104,6 +104,13 @@ _OPTIONS = [
     ),
     _torchrun("virtual-local-rank", is_flag=True, help="LOCAL_RANK=0, one GPU per rank."),
     _own(
+        "--hang-timeout",
+        type=float,
+        default=300.0,
+        envvar="SAFELAUNCH_HANG_TIMEOUT",
+        help="Seconds without progress on any rank before the job counts as hung; 0: off.",
+    ),
+    _own(
         "--color",
         type=click.Choice(["auto", "always", "never"]),
         default="auto",

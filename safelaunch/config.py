@@ -80,6 +80,7 @@ class LaunchConfig:
     shutdown_timeout: float = 30.0
     virtual_local_rank: bool = False
     color: bool = False
+    hang_timeout: float = 300.0  # 0 turns hang detection off
     # The launcher's environment when it started: the base of every rank's env.
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Flags accepted but without effect here, said once at start.
@@ -96,6 +97,11 @@ class LaunchConfig:
         if self.monitor_interval <= 0:
             raise ConfigError(
                 f"--monitor-interval={self.monitor_interval} must be positive", "try 0.1"
+            )
+        if self.hang_timeout < 0:
+            raise ConfigError(
+                f"--hang-timeout={self.hang_timeout} is negative",
+                "use seconds, or 0 to turn it off",
             )
         if self.shutdown_timeout < 0:
             raise ConfigError(
@@ -281,6 +287,7 @@ def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchCo
         shutdown_timeout=raw["shutdown_timeout"],
         virtual_local_rank=raw["virtual_local_rank"],
         color=raw.get("color", False),
+        hang_timeout=raw.get("hang_timeout", 300.0),
         environ=MappingProxyType(dict(environ)),
         notices=notices,
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.diagnose import diagnose
-from safelaunch.outcome import FAILED, Outcome, outcome_of
+from safelaunch.outcome import Outcome, outcome_of
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
 from safelaunch.report import render_summary, shown_path
@@ -33,7 +35,10 @@ def new_run(config: LaunchConfig) -> RunIdentity:
     """A fresh run id (sortable by start time), its directory and its process token."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     return RunIdentity(
-        run_id=run_id, run_dir=config.log_dir.resolve() / run_id, token=os.urandom(16).hex()
+        run_id=run_id,
+        run_dir=config.log_dir.resolve() / run_id,
+        token=os.urandom(16).hex(),
+        private_dir=Path(tempfile.mkdtemp(prefix=f"safelaunch-{run_id}-")),  # mode 0700
     )
 
 
@@ -81,6 +86,7 @@ def run(config: LaunchConfig, console: Console) -> int:
         receiver.restore()
         keeper.stop()
         preflight.master_port.release()
+        shutil.rmtree(identity.private_dir, ignore_errors=True)
 
 
 def _attempts(
@@ -100,7 +106,7 @@ def _attempts(
             outcome = _conclude(record, console)
         finally:
             console.close_log()
-        if outcome.status != FAILED or attempt == config.max_restarts:
+        if not outcome.retryable or attempt == config.max_restarts:
             return outcome.exit_code
         late = receiver.take()
         if late:  # a signal between attempts: do not start another

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch import exitcodes
-from safelaunch.supervisor import AttemptRecord, RankExit
+from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 
 SUCCEEDED, FAILED, STOPPED, NOT_STARTED = "succeeded", "failed", "stopped", "not started"
+HUNG, INTERRUPTED = "hung", "interrupted"  # attempt statuses besides succeeded / failed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +56,7 @@ class Outcome:
     """How an attempt ended and the code safelaunch exits with."""
 
     attempt: int
-    status: str  # succeeded | failed | interrupted
+    status: str  # succeeded | failed | hung | interrupted
     ranks: tuple[RankResult, ...]
     first_failure: RankResult | None
     interrupt_signal: int | None
@@ -65,6 +66,12 @@ class Outcome:
     log_problems: tuple[str, ...]
     run_dir: Path
     attempt_dir: Path
+    hang: HangEvidence | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """A failure or a hang counts against --max-restarts; success and interrupts end the run."""
+        return self.status in (FAILED, HUNG)
 
 
 def signal_name(signum: int) -> str:
@@ -106,7 +113,9 @@ def outcome_of(record: AttemptRecord) -> Outcome:
     failures = sorted((r for r in ranks if r.state == FAILED), key=lambda r: r.ended_after)
     first = failures[0] if failures else None
     if record.teardown_cause == "signal" and record.interrupt_signal is not None:
-        status, code = "interrupted", exitcodes.for_signal(record.interrupt_signal)
+        status, code = INTERRUPTED, exitcodes.for_signal(record.interrupt_signal)
+    elif record.teardown_cause == "hang":
+        status, code = HUNG, exitcodes.HANG
     elif first is not None:
         status, code = FAILED, first.shell_code
     else:
@@ -123,4 +132,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         log_problems=record.log_problems,
         run_dir=record.plan.run.run_dir,
         attempt_dir=record.plan.attempt_dir,
+        hang=record.hang,
     )

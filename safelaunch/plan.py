@@ -6,6 +6,7 @@ it in three); what differs from torchrun 2.13 is listed in docs/compatibility.md
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,17 +15,13 @@ from types import MappingProxyType
 
 from safelaunch.config import STD_ALL, STD_ERR, STD_OUT, LaunchConfig
 from safelaunch.preflight import PreflightReport
+from safelaunch.rank import beat, bootstrap
 
 TOKEN_VAR = "SAFELAUNCH_RUN_TOKEN"  # lets the sweep find descendants that left our tree
 ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
-
-# `python -c` runner for --run-path: runpy, with argv and sys.path[0] as
-# `python script.py` would have them.
-_RUN_PATH_CODE = (
-    "import os, runpy, sys; sys.argv = sys.argv[1:]; "
-    "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
-)
+# Asks a rank's faulthandler for every thread's stack. A real-time signal, because
+# SIGUSR1/2 are often the user's own (SLURM --signal) and would stop doing their job.
+DUMP_SIGNAL = signal.SIGRTMIN + 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +31,7 @@ class RunIdentity:
     run_id: str
     run_dir: Path
     token: str
+    private_dir: Path  # mode 0700: heartbeats and stack dumps, removed at the end
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +54,9 @@ class WorkerSpec:
     log_path: Path
     error_file: Path
     console_streams: int  # Std bits shown on the console; files always get all
+    bootstrapped: bool  # runs through safelaunch.rank.bootstrap (heartbeat, stack dumps)
+    heartbeat_file: Path
+    stacks_file: Path
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,19 +75,28 @@ class LaunchPlan:
     monitor_interval: float
     color: bool
     env_choices: tuple[EnvChoice, ...]
+    heartbeat_dir: Path
+    hang_timeout: float  # 0: off
+    heartbeat_interval: float
 
 
 def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
-    """The command every rank runs, as torchrun builds it (`python -u script args`)."""
+    """The command every rank runs: torchrun's `python -u script args`, through the bootstrap.
+
+    --run-path runs the script in the rank's own interpreter, as torchrun does
+    (runpy there, the same as a script here).
+    """
     args = config.training_script_args
     script = config.training_script
-    if config.run_path:
-        return (sys.executable, "-u", "-c", _RUN_PATH_CODE, script, *args)
-    if config.no_python:
+    if config.no_python and not config.run_path:
         return (script, *args)
-    if config.module:
-        return (sys.executable, "-u", "-m", script, *args)
-    return (sys.executable, "-u", script, *args)
+    mode = "module" if config.module and not config.run_path else "script"
+    return (sys.executable, "-u", "-c", bootstrap.CODE, mode, script, *args)
+
+
+def heartbeat_interval(hang_timeout: float) -> float:
+    """A tenth of the timeout, within 0.2-2 s: detection lags the timeout by at most that."""
+    return min(2.0, max(0.2, hang_timeout / 10))
 
 
 def shared_env(
@@ -146,6 +156,12 @@ def rank_env(
             ATTEMPT_DIR_VAR: str(error_file.parent),
         }
     )
+    heartbeat_dir = run.private_dir / f"attempt_{attempt}"
+    env[bootstrap.DUMP_SIGNAL_VAR] = str(int(DUMP_SIGNAL))
+    env[bootstrap.STACKS_VAR] = str(heartbeat_dir / f"rank{rank}.stacks")
+    if config.hang_timeout > 0:
+        env[beat.DIR_VAR] = str(heartbeat_dir)
+        env[beat.INTERVAL_VAR] = str(heartbeat_interval(config.hang_timeout))
     if config.virtual_local_rank:
         env["LOCAL_RANK"] = "0"
         visible = config.environ.get("CUDA_VISIBLE_DEVICES")
@@ -172,8 +188,10 @@ def build_plan(
 ) -> LaunchPlan:
     """The attempt's plan; pure, so the same inputs give the same plan."""
     attempt_dir = run.run_dir / f"attempt_{attempt}"
+    heartbeat_dir = run.private_dir / f"attempt_{attempt}"
     base, choices = shared_env(config, preflight.nproc, run)
     argv = worker_argv(config)
+    bootstrapped = argv[:4] == (sys.executable, "-u", "-c", bootstrap.CODE)
     workers = []
     for local_rank in range(preflight.nproc):
         rank = config.node_rank * preflight.nproc + local_rank
@@ -187,6 +205,9 @@ def build_plan(
                 log_path=attempt_dir / f"rank{rank}.log",
                 error_file=error_file,
                 console_streams=console_streams(config, local_rank),
+                bootstrapped=bootstrapped,
+                heartbeat_file=heartbeat_dir / f"rank{rank}.json",
+                stacks_file=heartbeat_dir / f"rank{rank}.stacks",
             )
         )
     filters = {STD_OUT: config.duplicate_stdout_filters, STD_ERR: config.duplicate_stderr_filters}
@@ -204,4 +225,7 @@ def build_plan(
         monitor_interval=config.monitor_interval,
         color=config.color,
         env_choices=choices,
+        heartbeat_dir=heartbeat_dir,
+        hang_timeout=config.hang_timeout,
+        heartbeat_interval=heartbeat_interval(config.hang_timeout),
     )

@@ -7,7 +7,8 @@ import signal
 from pathlib import Path
 
 from safelaunch.diagnose import Diagnosis
-from safelaunch.outcome import FAILED, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
+from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
+from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
 
 def shown_path(path: Path) -> str:
@@ -51,6 +52,42 @@ def _ranges(numbers: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
+    label = (
+        f"rank {group.ranks[0]}" if len(group.ranks) == 1 else f"ranks {_ranges(list(group.ranks))}"
+    )
+    verb = "wait in" if group.waiting else "is in" if len(group.ranks) == 1 else "are in"
+    details = [group.location] if group.location else []
+    if group.seqs:
+        seqs = "/".join(f"#{s}" for s in group.seqs)
+        details.append(f"collective {seqs}")
+    line = f"  {label} {verb} {group.activity}" + (f" ({', '.join(details)})" if details else "")
+    if group.frozen:
+        line += f"; {group.frozen}"
+    if set(group.ranks) <= set(culprits):
+        line += "  <- the odd one out"
+    return line
+
+
+def render_hang(outcome: Outcome, hang: HangAnalysis, logs: str, attempt: str) -> str:
+    """Where every rank is, the odd ones out first named, and where the stacks are."""
+    lines = [
+        f"HUNG{attempt}: no rank made progress for {hang.stuck_for:.1f} s "
+        f"(--hang-timeout {hang.timeout:g})"
+    ]
+    lines.extend(_whereabouts(group, hang.culprits) for group in hang.groups)
+    lines.extend(f"  rank {rank} had already ended: {how}" for rank, how in hang.exited)
+    if hang.culprits:
+        who = ",".join(str(r) for r in hang.culprits)
+        lines.append(f"  likely culprit: rank {who}: {hang.reason}")
+    else:
+        lines.append(f"  {hang.reason}")
+    if hang.stacks_dir is not None:
+        lines.append(f"  stacks: {shown_path(hang.stacks_dir)}/ (every thread of every rank)")
+    lines.append(f"exit code {outcome.exit_code} (hang); logs: {logs}")
+    return "\n".join(lines)
+
+
 def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     """A few lines on success; on failure the root cause, its error, where, and its log."""
     attempt = f" (attempt {outcome.attempt})" if outcome.attempt else ""
@@ -62,6 +99,8 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if outcome.status == SUCCEEDED:
         head = f"all {len(outcome.ranks)} ranks succeeded in {outcome.duration:.1f} s{attempt}"
         return "\n".join([head, *notes, f"logs: {logs}"])
+    if outcome.status == HUNG and diagnosis.hang is not None:
+        return render_hang(outcome, diagnosis.hang, logs, attempt)
     if outcome.status == FAILED and diagnosis.root_cause is not None:
         cause = diagnosis.root_cause
         lines = [

@@ -10,7 +10,7 @@ from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.report import render_summary
 from safelaunch.supervisor import AttemptRecord, RankExit
 
-RUN = RunIdentity(run_id="r", run_dir=Path("/l/r"), token="t")
+RUN = RunIdentity(run_id="r", run_dir=Path("/l/r"), token="t", private_dir=Path("/p"))
 PLAN = LaunchPlan(
     run=RUN,
     attempt=0,
@@ -22,6 +22,9 @@ PLAN = LaunchPlan(
     monitor_interval=0.1,
     color=False,
     env_choices=(),
+    heartbeat_dir=Path("/p/attempt_0"),
+    hang_timeout=300.0,
+    heartbeat_interval=2.0,
 )
 
 
@@ -49,6 +52,7 @@ def _record(
         teardown_after=teardown,
         teardown_cause=cause,
         interrupt_signal=signum,
+        hang=None,
         strays_ended=0,
         log_problems=(),
         duration=2.0,

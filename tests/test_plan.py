@@ -12,6 +12,7 @@ from safelaunch.config import LaunchConfig, StreamSelection
 from safelaunch.plan import TOKEN_VAR, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport
 from safelaunch.preflight.ports import PortReservation
+from safelaunch.rank.bootstrap import CODE
 
 TORCHRUN_VARS = {
     "RANK",
@@ -50,7 +51,7 @@ def _plan(nproc: int = 2, attempt: int = 0, **overrides: object):
         master_addr="localhost",
         master_port=PortReservation(29511, None),
     )
-    run = RunIdentity(run_id="r1", run_dir=Path("/logs/r1"), token="t0k")
+    run = RunIdentity(run_id="r1", run_dir=Path("/logs/r1"), token="t0k", private_dir=Path("/p"))
     return build_plan(config, report, run, attempt)
 
 
@@ -71,7 +72,10 @@ def test_every_torchrun_variable_per_rank() -> None:
         assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
         assert env["TORCHELASTIC_ERROR_FILE"] == f"/logs/r1/attempt_2/rank{local_rank}.error.json"
         assert env[TOKEN_VAR] == "t0k"
-        assert worker.argv == (sys.executable, "-u", "train.py", "--lr", "1")
+        assert worker.argv == (sys.executable, "-u", "-c", CODE, "script", "train.py", "--lr", "1")
+        assert worker.bootstrapped
+        assert env["SAFELAUNCH_HEARTBEAT_DIR"] == "/p/attempt_2"
+        assert env["SAFELAUNCH_STACKS_FILE"] == f"/p/attempt_2/rank{local_rank}.stacks"
         assert worker.log_path == Path(f"/logs/r1/attempt_2/rank{local_rank}.log")
 
 

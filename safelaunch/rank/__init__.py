@@ -6,11 +6,13 @@ launcher's dependencies.
 
 from __future__ import annotations
 
+from safelaunch.rank import beat
+
 
 def heartbeat(step: int | None = None) -> None:
-    """Report explicit progress to safelaunch; a no-op where nothing listens (outside safelaunch).
+    """Tell safelaunch the rank made progress (e.g. finished `step`); a no-op outside safelaunch.
 
-    Hang detection (which uses `step`) is not built yet, so this is a no-op everywhere
-    for now; calling it is already safe.
+    Only needed in loops that repeat one long native call with no collective and no
+    Python line change between samples, which would otherwise look stuck.
     """
-    del step
+    beat.report_step(step)

@@ -1,5 +1,6 @@
 """Supervisor: spawn the ranks, tee their output, watch them, leave no process behind."""
 
+from safelaunch.supervisor.hang import Beat, HangEvidence, RankProgress
 from safelaunch.supervisor.keeper import Keeper
 from safelaunch.supervisor.loop import AttemptRecord, RankExit, open_attempt_logs, supervise
 from safelaunch.supervisor.procs import become_subreaper
@@ -7,8 +8,11 @@ from safelaunch.supervisor.signals import SignalReceiver
 
 __all__ = [
     "AttemptRecord",
+    "Beat",
+    "HangEvidence",
     "Keeper",
     "RankExit",
+    "RankProgress",
     "SignalReceiver",
     "become_subreaper",
     "open_attempt_logs",

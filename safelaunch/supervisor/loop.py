@@ -8,20 +8,31 @@ loop acts; escalation is one shared monotonic deadline compared each tick
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
+import shutil
 import signal
+import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from safelaunch.console import Console
-from safelaunch.plan import LaunchPlan, WorkerSpec
+from safelaunch.plan import DUMP_SIGNAL, LaunchPlan, WorkerSpec
+from safelaunch.supervisor.hang import (
+    HangEvidence,
+    RankProgress,
+    is_hung,
+    last_progress,
+    read_beat,
+)
 from safelaunch.supervisor.lines import rank_label
 from safelaunch.supervisor.procs import (
     is_alive,
     job_processes,
+    process_state,
     reap_strays,
     signal_group,
     signal_pids,
@@ -31,6 +42,7 @@ from safelaunch.supervisor.spawn import StartedRank, start_rank
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 
 STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
+STACK_WAIT = 1.0  # faulthandler answers in ~1 ms; py-spy --native needs up to ~1 s a rank
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CANNOT_RUN = 127  # shell convention for "command could not be run"
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
@@ -58,8 +70,9 @@ class AttemptRecord:
     plan: LaunchPlan
     exits: tuple[RankExit, ...]
     teardown_after: float | None  # when safelaunch began stopping ranks itself
-    teardown_cause: str | None  # "rank failed" or "signal"
+    teardown_cause: str | None  # "rank failed", "signal" or "hang"
     interrupt_signal: int | None
+    hang: HangEvidence | None
     strays_ended: int
     log_problems: tuple[str, ...]
     duration: float
@@ -112,7 +125,10 @@ class _Attempt:
         self._events: queue.Queue[tuple[int, int, float]] = queue.Queue()
         self._ranks: dict[int, StartedRank] = {}
         self._exits: dict[int, RankExit] = {}
-        self._tees: list[RankTee] = []
+        self._tees: dict[int, RankTee] = {}
+        self._spawned_at: dict[int, float] = {}  # wall clock
+        self._hang: HangEvidence | None = None
+        self._next_hang_check = 0.0
         self._writer = ConsoleWriter(console)
         self._filtered: dict[int, FilteredLog] = {}
         self._log_problems: list[str] = []
@@ -141,6 +157,7 @@ class _Attempt:
             teardown_after=None if self._teardown_at is None else self._teardown_at - self._t0,
             teardown_cause=self._cause,
             interrupt_signal=self._interrupt,
+            hang=self._hang,
             strays_ended=strays,
             log_problems=tuple(self._log_problems),
             duration=time.monotonic() - self._t0,
@@ -150,12 +167,15 @@ class _Attempt:
 
     def _start_ranks(self) -> dict[int, int | None]:
         log_fds: dict[int, int | None] = {}
+        with contextlib.suppress(OSError):  # without it ranks run, unwatched
+            self._plan.heartbeat_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for spec in self._plan.workers:
             if self._exits:  # an earlier rank could not start: the same argv fails here too
                 self._record_exit(spec, None, CANNOT_RUN, skipped=True)
                 continue
             log_fds[spec.rank] = self._open_rank_log(spec)
             try:
+                self._spawned_at[spec.rank] = time.time()
                 self._ranks[spec.rank] = start_rank(spec, self._plan.split_streams)
             except OSError as exc:
                 self._record_exit(spec, None, CANNOT_RUN, f"could not start: {exc}")
@@ -195,7 +215,7 @@ class _Attempt:
                 on_log_error=self._log_error,
             )
             tee.start()
-            self._tees.append(tee)
+            self._tees[rank] = tee
             threading.Thread(
                 target=self._wait_for, args=(started,), name=f"safelaunch-wait-{rank}", daemon=True
             ).start()
@@ -228,6 +248,8 @@ class _Attempt:
             deadline_passed = self._deadline is not None and time.monotonic() >= self._deadline
             if deadline_passed and not self._killed:
                 self._kill_ranks()
+            if self._teardown_at is None and self._plan.hang_timeout > 0:
+                self._check_hang()
 
     def _collect(self, timeout: float) -> None:
         try:
@@ -291,6 +313,85 @@ class _Attempt:
         self._cause = cause
         for pid in self._ranks_pids():  # exited ranks too: their children share the group
             signal_group(pid, signum)
+            signal_group(pid, signal.SIGCONT)  # a stopped rank can only act on it running
+
+    # --- hangs ----------------------------------------------------------------
+
+    def _check_hang(self) -> None:
+        now = time.monotonic()
+        if now < self._next_hang_check:
+            return
+        self._next_hang_check = now + max(0.1, self._plan.heartbeat_interval / 2)
+        progress = []
+        for rank, started in self._ranks.items():
+            if rank in self._exits:
+                continue
+            beat = read_beat(rank, started.spec.heartbeat_file)
+            last = last_progress(
+                beat,
+                self._tees[rank].last_output,
+                self._spawned_at[rank],
+                started.spec.bootstrapped,
+            )
+            progress.append(RankProgress(rank=rank, last_progress=last, beat=beat))
+        wall = time.time()
+        if is_hung(progress, wall, self._plan.hang_timeout):
+            self._declare_hang(progress, wall)
+
+    def _declare_hang(self, progress: list[RankProgress], wall: float) -> None:
+        live = [self._ranks[p.rank] for p in progress]
+        states = {s.spec.rank: process_state(s.process.pid) for s in live}
+        self._console.say(
+            f"hang: no rank made progress for {self._plan.hang_timeout:g} s "
+            "(--hang-timeout); collecting every rank's stack, then stopping the job"
+        )
+        self._hang = HangEvidence(
+            detected_at=wall,
+            timeout=self._plan.hang_timeout,
+            interval=self._plan.heartbeat_interval,
+            ranks=tuple(progress),
+            states=states,
+            stack_files=self._collect_stacks(live),
+        )
+        self._save_evidence(self._hang)
+        self._begin_teardown("hang", signal.SIGTERM)
+
+    def _collect_stacks(self, live: list[StartedRank]) -> dict[int, Path]:
+        """Every live rank's threads, from faulthandler (and py-spy where installed)."""
+        dumpable = [s for s in live if s.spec.bootstrapped]
+        signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
+        spies = _start_py_spy(dumpable)
+        deadline = time.monotonic() + STACK_WAIT
+        while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):
+            time.sleep(0.02)
+        target = self._plan.attempt_dir / "stacks"
+        files: dict[int, Path] = {}
+        with contextlib.suppress(OSError):
+            target.mkdir(exist_ok=True)
+        for started in dumpable:
+            rank = started.spec.rank
+            with contextlib.suppress(OSError):
+                shutil.copyfile(started.spec.stacks_file, target / f"rank{rank}.txt")
+                files[rank] = target / f"rank{rank}.txt"
+        for rank, spy in spies.items():
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                text, _ = spy.communicate(timeout=max(0.1, deadline + 5 - time.monotonic()))
+                (target / f"rank{rank}.py-spy.txt").write_bytes(text)
+            with contextlib.suppress(ProcessLookupError):
+                spy.kill()
+            spy.wait()
+        return files
+
+    def _save_evidence(self, hang: HangEvidence) -> None:
+        with contextlib.suppress(OSError):
+            evidence = {
+                "detected_at": hang.detected_at,
+                "timeout": hang.timeout,
+                "states": {str(k): v for k, v in hang.states.items()},
+                "ranks": [asdict(p) for p in hang.ranks],
+            }
+            path = self._plan.attempt_dir / "stacks" / "hang.json"
+            path.write_text(json.dumps(evidence, indent=1, default=str))
 
     def _kill_ranks(self) -> None:
         for pid in self._ranks_pids():
@@ -339,11 +440,34 @@ class _Attempt:
 
     def _stop_threads(self) -> None:
         until = time.monotonic() + TEE_DRAIN
-        for tee in self._tees:
+        for tee in self._tees.values():
             tee.stop_by(until)
-        for tee in self._tees:
+        for tee in self._tees.values():
             tee.join(TEE_DRAIN + 1)
         if self._writer.is_alive():
             self._writer.close()
         for filtered in self._filtered.values():
             filtered.close()
+
+
+def _has_data(started: StartedRank) -> bool:
+    try:
+        return started.spec.stacks_file.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _start_py_spy(ranks: list[StartedRank]) -> dict[int, subprocess.Popen[bytes]]:
+    """py-spy's view with native frames, where py-spy is installed (optional)."""
+    tool = shutil.which("py-spy")
+    if tool is None:
+        return {}
+    spies = {}
+    for started in ranks:
+        with contextlib.suppress(OSError):
+            spies[started.spec.rank] = subprocess.Popen(
+                [tool, "dump", "--native", "--pid", str(started.process.pid)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+    return spies

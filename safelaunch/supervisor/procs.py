@@ -79,6 +79,12 @@ def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ())
     return found
 
 
+def process_state(pid: int) -> str:
+    """The /proc state letter (R, S, D, T for stopped, Z), or `gone`."""
+    stat = _stat(pid)
+    return stat[0].decode() if stat is not None else "gone"
+
+
 def is_alive(pid: int) -> bool:
     """True for a process that exists and is not a zombie."""
     stat = _stat(pid)

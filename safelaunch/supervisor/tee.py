@@ -125,6 +125,7 @@ class RankTee(threading.Thread):
         self._on_log_error = on_log_error
         self._stop_at: float | None = None
         self._behind = False  # the last read filled the buffer: read again at once
+        self.last_output: float | None = None  # wall clock of the last byte read
 
     @property
     def bytes_written(self) -> int:
@@ -176,6 +177,7 @@ class RankTee(threading.Thread):
             self._finish_stream(fd)
             return False
         self._behind = len(data) == CHUNK
+        self.last_output = time.time()
         self._store(data)
         assembler = self._assemblers[fd]
         lines = assembler.feed(data)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.outcome import Outcome, RankResult
 
 LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
@@ -34,6 +35,7 @@ class Diagnosis:
 
     root_cause: RankResult | None
     error: ErrorText | None
+    hang: HangAnalysis | None = None
 
 
 def user_location(frames: list[tuple[str, str, str]]) -> str | None:
@@ -98,6 +100,6 @@ def diagnose(outcome: Outcome) -> Diagnosis:
     """Find the root cause's error text."""
     cause = outcome.first_failure
     if cause is None:
-        return Diagnosis(root_cause=None, error=None)
+        return Diagnosis(root_cause=None, error=None, hang=analyse_hang(outcome))
     error = from_error_file(cause.error_file) or from_log(cause.log_path)
     return Diagnosis(root_cause=cause, error=error)

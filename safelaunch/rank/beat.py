@@ -1,0 +1,117 @@
+"""The heartbeat sender: a daemon thread that says where the rank's main thread is.
+
+Every interval it samples the main thread's stack (sys._current_frames keeps
+working while the main thread waits in a collective, which releases the GIL),
+reads the collective sequence number when torch.distributed is initialised, and
+replaces the rank's record atomically. When native code holds the GIL the thread
+cannot run: the record going stale is itself the signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from types import FrameType
+
+DIR_VAR = "SAFELAUNCH_HEARTBEAT_DIR"
+INTERVAL_VAR = "SAFELAUNCH_HEARTBEAT_INTERVAL"
+FRAMES_KEPT = 12  # innermost frames stored in the record
+FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
+
+_active: Beater | None = None
+
+
+class Beater(threading.Thread):
+    """Writes `<dir>/rank<N>.json` every `interval` seconds."""
+
+    def __init__(self, path: str, interval: float, main_ident: int) -> None:
+        super().__init__(name="safelaunch-heartbeat", daemon=True)
+        self.step: int | None = None
+        self._path = path
+        self._interval = interval
+        self._main_ident = main_ident
+        self._fingerprint: int | None = None
+        self._since = time.time()
+
+    def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # never let the heartbeat take the rank down
+                self.beat()
+            time.sleep(self._interval)
+
+    def beat(self) -> None:
+        """Sample once and write the record."""
+        frame = sys._current_frames().get(self._main_ident)
+        frames = _frames(frame)
+        seq = collective_sequence()
+        fingerprint = hash((tuple(frames[:FRAMES_COMPARED]), self.step, seq))
+        now = time.time()
+        if fingerprint != self._fingerprint:
+            self._fingerprint, self._since = fingerprint, now
+        record = {
+            "version": 1,
+            "pid": os.getpid(),
+            "time": now,
+            "since": self._since,  # when the stack, step or collective count last changed
+            "frames": frames[:FRAMES_KEPT],  # innermost first: [file, line, function]
+            "depth": len(frames),
+            "step": self.step,
+            "seq": seq,
+        }
+        temporary = f"{self._path}.tmp"
+        with open(temporary, "w") as out:
+            json.dump(record, out)
+        os.replace(temporary, self._path)
+
+
+def _frames(frame: FrameType | None) -> list[tuple[str, int, str]]:
+    frames: list[tuple[str, int, str]] = []
+    while frame is not None and len(frames) < FRAMES_COMPARED:
+        code = frame.f_code
+        frames.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return frames
+
+
+def collective_sequence() -> int | None:
+    """How many collectives the default group has issued; None before init_process_group.
+
+    torch is only looked up, never imported: a script that does not use it pays nothing.
+    """
+    dist = sys.modules.get("torch.distributed")
+    torch = sys.modules.get("torch")
+    if dist is None or torch is None:
+        return None
+    try:
+        if not dist.is_available() or not dist.is_initialized():
+            return None
+        group = dist.group.WORLD
+        for device in ("cpu", "cuda"):
+            try:
+                backend = group._get_backend(torch.device(device))
+                return int(backend._get_sequence_number_for_group())
+            except Exception:
+                continue
+    except Exception:
+        return None
+    return None
+
+
+def start(rank: str, directory: str, interval: float) -> Beater:
+    """Start the sender for this process's main thread."""
+    global _active
+    beater = Beater(os.path.join(directory, f"rank{rank}.json"), interval, threading.get_ident())
+    beater.beat()  # a record exists before the user's code starts
+    beater.start()
+    _active = beater
+    return beater
+
+
+def report_step(step: int | None) -> None:
+    """Explicit progress from the user's code; ignored when no sender runs."""
+    if _active is not None:
+        _active.step = step

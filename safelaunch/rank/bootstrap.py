@@ -1,0 +1,113 @@
+"""Runs the user's script or module exactly as `python script.py` / `python -m mod` would,
+with faulthandler and the heartbeat sender installed first.
+
+Started as `python -u -c "<import and call main()>" MODE TARGET ARGS...`: with -c the
+real `__main__` module holds nothing of ours, so the script runs in it as it would
+under plain python (pickling of classes defined there, multiprocessing spawn, ...).
+Differences that cannot be avoided: sys.orig_argv, and the bootstrap's own frames,
+which are removed from uncaught tracebacks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import os
+import signal
+import sys
+from importlib.machinery import SourceFileLoader
+from types import TracebackType
+
+from safelaunch.rank import beat
+
+DUMP_SIGNAL_VAR = "SAFELAUNCH_DUMP_SIGNAL"
+STACKS_VAR = "SAFELAUNCH_STACKS_FILE"
+CODE = "from safelaunch.rank.bootstrap import main; main()"
+
+_stacks_file = None  # kept open for faulthandler, for the life of the process
+
+
+def install_faulthandler() -> None:
+    """Native crashes print the Python stack to the rank's log; a signal dumps all threads."""
+    global _stacks_file
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    signum = os.environ.get(DUMP_SIGNAL_VAR)
+    path = os.environ.get(STACKS_VAR)
+    if signum and path:
+        try:
+            _stacks_file = open(path, "a")  # noqa: SIM115 - must outlive this function
+            faulthandler.register(int(signum), file=_stacks_file, all_threads=True, chain=False)
+        except Exception:
+            pass  # the job runs without on-demand stacks rather than not at all
+
+
+def start_heartbeat() -> None:
+    """Start the sender when the launcher asked for one."""
+    directory = os.environ.get(beat.DIR_VAR)
+    if directory:
+        try:
+            interval = float(os.environ.get(beat.INTERVAL_VAR, "1"))
+            beat.start(os.environ.get("RANK", "0"), directory, interval)
+        except Exception:
+            pass  # without a heartbeat the launcher falls back to output silence
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """`python script.py args` in the real __main__ module."""
+    path = os.path.abspath(script)
+    sys.argv[:] = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    with open(path, "rb") as source:
+        code = compile(source.read(), path, "exec", dont_inherit=True)
+    main_globals = sys.modules["__main__"].__dict__
+    main_globals.update(
+        __file__=path,
+        __cached__=None,
+        __spec__=None,
+        __package__=None,
+        __doc__=None,
+        __loader__=SourceFileLoader("__main__", path),
+    )
+    exec(code, main_globals)
+
+
+def run_module(module: str, args: list[str]) -> None:
+    """`python -m module args`, through the same runpy entry point python uses."""
+    import runpy
+
+    sys.argv[:] = [module, *args]
+    sys.path[0] = os.getcwd()
+    runpy._run_module_as_main(module, alter_argv=True)  # type: ignore[attr-defined]
+
+
+def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """Drop the bootstrap's frames from the top of a traceback."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
+
+
+def main() -> None:
+    """Entry point inside the rank."""
+    mode, target, *args = sys.argv[1:]
+    install_faulthandler()
+    start_heartbeat()
+    try:
+        if mode == "module":
+            run_module(target, args)
+        else:
+            run_script(target, args)
+    except SystemExit:
+        raise  # python's own handling: the code, or the message, no traceback
+    except BaseException as exc:  # what python does with an uncaught exception
+        # Set on the exception too: torch's wrapped excepthook formats exc.__traceback__.
+        exc.with_traceback(_user_traceback(exc.__traceback__))
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        if isinstance(exc, KeyboardInterrupt):
+            # python >= 3.8 ends by SIGINT itself, so the parent sees death by signal
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(1) from None

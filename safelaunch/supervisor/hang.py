@@ -1,0 +1,90 @@
+"""Hang detection: pure rules over heartbeat records, plus reading them.
+
+The job is hung when no live rank has made progress for --hang-timeout seconds.
+Progress is any change of a rank's main-thread stack, explicit step or collective
+count (its record's `since`), and any output it writes. A frozen rank (SIGSTOP,
+native code holding the GIL) stops updating its record, so its `since` stops too.
+
+Job-wide on purpose: a rank waiting in a barrier while rank 0 writes a checkpoint
+is not hung, and no false alarm may kill a healthy job. A rank looping forever in
+Python while the others wait is therefore not caught (documented).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# A rank that has not written its first record yet (python still starting) is
+# given this long before it can count as stuck.
+STARTUP_ALLOWANCE = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Beat:
+    """One rank's heartbeat record, as the rank wrote it."""
+
+    rank: int
+    time: float  # wall clock of the last sample
+    since: float  # wall clock when stack, step or collective count last changed
+    frames: tuple[tuple[str, int, str], ...]  # innermost first: file, line, function
+    step: int | None
+    seq: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankProgress:
+    """When a live rank was last seen to make progress, from every source."""
+
+    rank: int
+    last_progress: float
+    beat: Beat | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HangEvidence:
+    """What the launcher saw when it declared the hang."""
+
+    detected_at: float  # wall clock
+    timeout: float
+    interval: float  # how often ranks were asked to write their record
+    ranks: tuple[RankProgress, ...]
+    states: Mapping[int, str]  # /proc state letter per rank: S, R, T (stopped), D, ...
+    stack_files: Mapping[int, Path]
+
+
+def last_progress(
+    beat: Beat | None, last_output: float | None, spawned_at: float, bootstrapped: bool
+) -> float:
+    """The latest sign of life: a changed record, a byte of output, or the spawn (+ allowance)."""
+    start = spawned_at + (STARTUP_ALLOWANCE if bootstrapped and beat is None else 0.0)
+    signs = [start]
+    if beat is not None:
+        signs.append(beat.since)
+    if last_output is not None:
+        signs.append(last_output)
+    return max(signs)
+
+
+def is_hung(progress: Iterable[RankProgress], now: float, timeout: float) -> bool:
+    """True when every live rank has been without progress for longer than `timeout`."""
+    ranks = list(progress)
+    return bool(ranks) and all(now - r.last_progress > timeout for r in ranks)
+
+
+def read_beat(rank: int, path: Path) -> Beat | None:
+    """The rank's current record; None when absent or being replaced."""
+    try:
+        record = json.loads(path.read_bytes())
+        return Beat(
+            rank=rank,
+            time=float(record["time"]),
+            since=float(record["since"]),
+            frames=tuple((str(f), int(n), str(fn)) for f, n, fn in record["frames"]),
+            step=record.get("step"),
+            seq=record.get("seq"),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
