@@ -49,14 +49,17 @@ def _ranges(numbers: list[int]) -> str:
             spans[-1][1] = n
         else:
             spans.append([n, n])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return ",".join(
+        str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in spans
+    )
 
 
 def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
     label = (
         f"rank {group.ranks[0]}" if len(group.ranks) == 1 else f"ranks {_ranges(list(group.ranks))}"
     )
-    verb = "wait in" if group.waiting else "is in" if len(group.ranks) == 1 else "are in"
+    one = len(group.ranks) == 1
+    verb = ("waits in" if one else "wait in") if group.waiting else ("is in" if one else "are in")
     details = [group.location] if group.location else []
     if group.seqs:
         seqs = "/".join(f"#{s}" for s in group.seqs)

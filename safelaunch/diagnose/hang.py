@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,10 @@ from safelaunch.supervisor import Beat, HangEvidence
 
 _DISTRIBUTED = "torch/distributed/"
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
+_DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
+_BOOTSTRAP = "safelaunch/rank/bootstrap.py"
+
+Frames = tuple[tuple[str, int, str], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +43,33 @@ class HangAnalysis:
     stacks_dir: Path | None
 
 
+def main_thread_frames(dump: str) -> Frames:
+    """The main thread's frames (innermost first) from a faulthandler all-threads dump.
+
+    The main thread is the one that runs the bootstrap; the dump is taken when
+    the hang is declared, so it is fresher than a heartbeat record, and it is the
+    only view of a rank whose heartbeat thread could not run.
+    """
+    for block in dump.split("\n\n"):
+        frames = [
+            (m["path"], int(m["line"]), m["func"].strip())
+            for m in map(_DUMP_FRAME.match, block.splitlines())
+            if m
+        ]
+        if any(_BOOTSTRAP in path for path, _, _ in frames):
+            return tuple(frames)
+    return ()
+
+
+def _read_dump(path: Path | None) -> Frames:
+    if path is None:
+        return ()
+    try:
+        return main_thread_frames(path.read_text(errors="replace"))
+    except OSError:
+        return ()
+
+
 def _user_frame(frames: Sequence[tuple[str, int, str]]) -> str | None:
     for path, line, function in frames:
         if not any(part in path for part in _LIBRARY_PARTS) and "safelaunch/rank/" not in path:
@@ -63,9 +95,12 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
     keyed: dict[tuple[str, str | None, bool, str | None], list[tuple[int, int | None]]] = {}
     for progress in evidence.ranks:
         beat = progress.beat
-        frames = beat.frames if beat else ()
+        dumped = _read_dump(evidence.stack_files.get(progress.rank))
+        frames = dumped or (beat.frames if beat else ())
         frozen = _frozen(beat, evidence.states.get(progress.rank, "?"), evidence)
-        activity = frames[0][2] if frames else "?"
+        activity = (
+            frames[0][2] if frames else "an unknown place (no Python stack; judged by output)"
+        )
         waiting = bool(frames) and _DISTRIBUTED in frames[0][0]
         key = (activity, _user_frame(frames), waiting, frozen)
         keyed.setdefault(key, []).append((progress.rank, beat.seq if beat else None))

@@ -5,6 +5,10 @@ working while the main thread waits in a collective, which releases the GIL),
 reads the collective sequence number when torch.distributed is initialised, and
 replaces the rank's record atomically. When native code holds the GIL the thread
 cannot run: the record going stale is itself the signal.
+
+A busy Python loop is always sampled at the same eval-breaker point, so its stack
+looks frozen: the main thread's CPU time tells it apart from a wait. Not under
+NCCL, whose waits spin in a CUDA synchronisation and burn CPU while hung.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ DIR_VAR = "SAFELAUNCH_HEARTBEAT_DIR"
 INTERVAL_VAR = "SAFELAUNCH_HEARTBEAT_INTERVAL"
 FRAMES_KEPT = 12  # innermost frames stored in the record
 FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
+BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing
 
 _active: Beater | None = None
 
@@ -36,6 +41,8 @@ class Beater(threading.Thread):
         self._main_ident = main_ident
         self._fingerprint: int | None = None
         self._since = time.time()
+        self._cpu_clock = _thread_cpu_clock(main_ident)
+        self._last_cpu: tuple[float, float] | None = None  # (wall, main-thread CPU seconds)
 
     def run(self) -> None:
         while True:
@@ -50,7 +57,8 @@ class Beater(threading.Thread):
         seq = collective_sequence()
         fingerprint = hash((tuple(frames[:FRAMES_COMPARED]), self.step, seq))
         now = time.time()
-        if fingerprint != self._fingerprint:
+        busy = self._busy(now)
+        if fingerprint != self._fingerprint or (busy and not _spin_waits()):
             self._fingerprint, self._since = fingerprint, now
         record = {
             "version": 1,
@@ -61,11 +69,39 @@ class Beater(threading.Thread):
             "depth": len(frames),
             "step": self.step,
             "seq": seq,
+            "busy": busy,
         }
         temporary = f"{self._path}.tmp"
         with open(temporary, "w") as out:
             json.dump(record, out)
         os.replace(temporary, self._path)
+
+    def _busy(self, now: float) -> bool:
+        """Did the main thread compute since the last sample?"""
+        if self._cpu_clock is None:
+            return False
+        try:
+            cpu = time.clock_gettime(self._cpu_clock)
+        except OSError:
+            return False
+        last, self._last_cpu = self._last_cpu, (now, cpu)
+        return last is not None and cpu - last[1] >= BUSY * max(now - last[0], 1e-6)
+
+
+def _thread_cpu_clock(ident: int) -> int | None:
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (AttributeError, OSError):
+        return None
+
+
+def _spin_waits() -> bool:
+    """True under NCCL: a hung rank spins in a CUDA sync, so its CPU time proves nothing."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and dist.is_initialized() and "nccl" in str(dist.get_backend())
+    except Exception:
+        return False
 
 
 def _frames(frame: FrameType | None) -> list[tuple[str, int, str]]:

@@ -42,7 +42,7 @@ from safelaunch.supervisor.spawn import StartedRank, start_rank
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 
 STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
-STACK_WAIT = 1.0  # faulthandler answers in ~1 ms; py-spy --native needs up to ~1 s a rank
+STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later); py-spy ~1 s
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CANNOT_RUN = 127  # shell convention for "command could not be run"
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
@@ -360,6 +360,9 @@ class _Attempt:
         """Every live rank's threads, from faulthandler (and py-spy where installed)."""
         dumpable = [s for s in live if s.spec.bootstrapped]
         signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
+        # A stopped rank handles the dump only once it runs; it is torn down next anyway
+        # (its state was recorded above).
+        signal_pids([s.process.pid for s in dumpable], signal.SIGCONT)
         spies = _start_py_spy(dumpable)
         deadline = time.monotonic() + STACK_WAIT
         while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):

@@ -1,0 +1,179 @@
+"""Hangs on real Gloo ranks: detected within --hang-timeout + 2 s, culprit named with file:line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import console_lines, launch, worker
+
+from safelaunch import exitcodes
+
+pytestmark = pytest.mark.slow
+TIMEOUT = 3.0
+
+
+def _line_of(path: str, text: str) -> int:
+    lines = Path(path).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _detection_latency(tmp_path: Path, run) -> float:
+    started = float((tmp_path / "pids" / "hang_start").read_text())
+    evidence = json.loads((run.attempt() / "stacks" / "hang.json").read_text())
+    return evidence["detected_at"] - started
+
+
+def _hang(tmp_path: Path, case: str, nproc: int = 3):
+    return launch(
+        tmp_path,
+        f"--nproc-per-node={nproc}",
+        f"--hang-timeout={TIMEOUT}",
+        "--shutdown-timeout=5",
+        worker("hang_cases.py"),
+        env={"CASE": case},
+        timeout=120,
+    )
+
+
+def _assert_hang(tmp_path: Path, run) -> str:
+    assert run.returncode == exitcodes.HANG, run.stderr
+    latency = _detection_latency(tmp_path, run)
+    assert TIMEOUT <= latency <= TIMEOUT + 2.0, latency
+    stacks = run.attempt() / "stacks"
+    for rank in range(3):  # every live rank's threads, from faulthandler
+        dump = (stacks / f"rank{rank}.txt").read_text()
+        assert "most recent call first" in dump, (rank, dump, run.stderr)
+    return run.stderr
+
+
+def test_rank_sleeping_in_data_loading_is_named(tmp_path: Path) -> None:
+    text = _assert_hang(tmp_path, _hang(tmp_path, "sleep"))
+    script = worker("hang_cases.py")
+    sleep_line = _line_of(script, "time.sleep(3600)")
+    reduce_line = _line_of(script, "dist.all_reduce(batch)")
+    assert f"ranks 0,2 wait in all_reduce ({script}:{reduce_line} in main, collective #4)" in text
+    assert f"rank 1 is in load_next_batch ({script}:{sleep_line} in load_next_batch" in text
+    assert "likely culprit: rank 1: it is behind: collective #3 vs #4" in text
+    assert (tmp_path / "logs").exists()
+
+
+def test_rank_skipping_a_collective_is_named(tmp_path: Path) -> None:
+    text = _assert_hang(tmp_path, _hang(tmp_path, "skip"))
+    script = worker("hang_cases.py")
+    barrier_line = _line_of(script, "dist.barrier()")
+    assert f"rank 1 waits in barrier ({script}:{barrier_line} in main" in text
+    assert "ranks 0,2 wait in all_reduce" in text
+    assert "likely culprit: rank 1" in text
+
+
+def test_stopped_rank_is_named(tmp_path: Path) -> None:
+    text = _assert_hang(tmp_path, _hang(tmp_path, "stop"))
+    assert "rank 1 is in main" in text and "stopped (process state T" in text
+    assert "likely culprit: rank 1: it stopped responding" in text
+
+
+def test_rank_holding_the_gil_in_native_code_is_named(tmp_path: Path) -> None:
+    text = _assert_hang(tmp_path, _hang(tmp_path, "gil"))
+    script = worker("hang_cases.py")
+    gil_line = _line_of(script, "ctypes.PyDLL(None).sleep(3600)")
+    assert f"rank 1 is in main ({script}:{gil_line} in main" in text
+    assert "native code holding the GIL" in text
+    assert "likely culprit: rank 1" in text
+
+
+def test_silent_compute_is_not_a_hang(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", "--hang-timeout=1.5", worker("silent_compute.py"))
+    assert run.returncode == 0, run.stderr
+    assert "hang" not in run.stderr.lower()
+
+
+def test_long_but_progressing_startup_is_not_a_hang(tmp_path: Path) -> None:
+    run = launch(
+        tmp_path,
+        "--nproc-per-node=2",
+        "--hang-timeout=2",
+        worker("slow_start.py"),
+        env={"START_SECONDS": "6"},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert console_lines(run.stdout, 1) == ["joined"]
+
+
+def test_explicit_steps_keep_a_sleepy_loop_alive(tmp_path: Path) -> None:
+    flags = ["--nproc-per-node=1", "--hang-timeout=1.5", worker("stepped_sleep.py")]
+    run = launch(tmp_path, *flags, env={"STEPS": "1"})
+    assert run.returncode == 0, run.stderr
+    # the same loop without steps: every sample lands on the same sleep call
+    run = launch(tmp_path, *flags, env={"STEPS": "0"})
+    assert run.returncode == exitcodes.HANG
+
+
+def test_non_python_ranks_fall_back_to_output_silence(tmp_path: Path) -> None:
+    tool = tmp_path / "quiet.sh"
+    tool.write_text("#!/bin/sh\necho started\nsleep 100\n")
+    tool.chmod(0o755)
+    run = launch(
+        tmp_path,
+        "--no-python",
+        "--nproc-per-node=2",
+        "--hang-timeout=1.5",
+        "--max-restarts=1",
+        str(tool),
+    )
+    assert run.returncode == exitcodes.HANG
+    assert "HUNG (attempt 1)" in run.stderr  # a hang counts against --max-restarts
+    assert "ranks 0,1 are in an unknown place (no Python stack; judged by output)" in run.stderr
+
+
+def test_hang_detection_can_be_turned_off(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--hang-timeout=0", worker("stepped_sleep.py"), env={"ROUNDS": "8"})
+    assert run.returncode == 0
+    assert not list(Path(run.run_dir / "attempt_0").glob("stacks"))
+
+
+def _plain_and_launched(
+    tmp_path: Path, env_extra: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], object]:
+    env = {**os.environ, **env_extra, "PIDS_DIR": str(tmp_path)}
+    plain = subprocess.run(
+        [sys.executable, "-u", worker("transparency.py"), "a", "--b"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    run = launch(tmp_path, worker("transparency.py"), "a", "--b", env=env_extra)
+    return plain, run
+
+
+def test_bootstrap_is_transparent(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['SITECUSTOMIZE_RAN'] = 'yes'\n")
+    extra = {"PYTHONPATH": str(site)}
+    plain, run = _plain_and_launched(tmp_path, extra)
+    assert run.returncode == plain.returncode == 0
+    ours = json.loads(console_lines(run.stdout, 0)[0])
+    assert ours == json.loads(plain.stdout.splitlines()[0])
+    assert ours["sitecustomize"] == "yes" and ours["pickled"] == 3
+
+
+@pytest.mark.parametrize(
+    ("action", "code"), [("raise", 1), ("exit3", 3), ("exitmsg", 1), ("interrupt", 130)]
+)
+def test_exit_codes_and_uncaught_exceptions_are_unchanged(
+    tmp_path: Path, action: str, code: int
+) -> None:
+    plain, run = _plain_and_launched(tmp_path, {"ACTION": action})
+    plain_code = 128 - plain.returncode if plain.returncode < 0 else plain.returncode
+    assert plain_code == code
+    assert run.returncode == code
+    # after its JSON line, the rank wrote exactly what plain python wrote to stderr
+    assert run.rank_log(0).decode().splitlines()[1:] == plain.stderr.splitlines()
