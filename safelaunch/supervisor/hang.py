@@ -20,6 +20,10 @@ from pathlib import Path
 # A rank that has not written its first record yet (python still starting) is
 # given this long before it can count as stuck.
 STARTUP_ALLOWANCE = 60.0
+# A rank inside init_process_group gets at least this long: a store client that
+# found no server yet retries after a backoff of seconds, while the server rank
+# waits for it, so for a while every rank looks idle (measured: > 2 s here).
+RENDEZVOUS_ALLOWANCE = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,10 +72,18 @@ def last_progress(
     return max(signs)
 
 
+def patience(progress: RankProgress, timeout: float) -> float:
+    """How long this rank may show no progress: longer while it is in the rendezvous."""
+    frames = progress.beat.frames if progress.beat else ()
+    if any(function == "init_process_group" for _, _, function in frames):
+        return max(timeout, RENDEZVOUS_ALLOWANCE)
+    return timeout
+
+
 def is_hung(progress: Iterable[RankProgress], now: float, timeout: float) -> bool:
-    """True when every live rank has been without progress for longer than `timeout`."""
+    """True when every live rank has been without progress for longer than its patience."""
     ranks = list(progress)
-    return bool(ranks) and all(now - r.last_progress > timeout for r in ranks)
+    return bool(ranks) and all(now - r.last_progress > patience(r, timeout) for r in ranks)
 
 
 def read_beat(rank: int, path: Path) -> Beat | None:

@@ -8,19 +8,16 @@ loop acts; escalation is one shared monotonic deadline compared each tick
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
-import shutil
 import signal
-import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.console import Console
-from safelaunch.plan import DUMP_SIGNAL, LaunchPlan, WorkerSpec
+from safelaunch.plan import LaunchPlan, WorkerSpec
 from safelaunch.supervisor.hang import (
     HangEvidence,
     RankProgress,
@@ -39,10 +36,10 @@ from safelaunch.supervisor.procs import (
 )
 from safelaunch.supervisor.signals import SignalReceiver
 from safelaunch.supervisor.spawn import StartedRank, start_rank
+from safelaunch.supervisor.stacks import collect_stacks, save_evidence
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 
 STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
-STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later); py-spy ~1 s
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CANNOT_RUN = 127  # shell convention for "command could not be run"
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
@@ -351,50 +348,10 @@ class _Attempt:
             interval=self._plan.heartbeat_interval,
             ranks=tuple(progress),
             states=states,
-            stack_files=self._collect_stacks(live),
+            stack_files=collect_stacks(live, self._plan.attempt_dir / "stacks"),
         )
-        self._save_evidence(self._hang)
+        save_evidence(self._hang, self._plan.attempt_dir / "stacks" / "hang.json")
         self._begin_teardown("hang", signal.SIGTERM)
-
-    def _collect_stacks(self, live: list[StartedRank]) -> dict[int, Path]:
-        """Every live rank's threads, from faulthandler (and py-spy where installed)."""
-        dumpable = [s for s in live if s.spec.bootstrapped]
-        signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
-        # A stopped rank handles the dump only once it runs; it is torn down next anyway
-        # (its state was recorded above).
-        signal_pids([s.process.pid for s in dumpable], signal.SIGCONT)
-        spies = _start_py_spy(dumpable)
-        deadline = time.monotonic() + STACK_WAIT
-        while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):
-            time.sleep(0.02)
-        target = self._plan.attempt_dir / "stacks"
-        files: dict[int, Path] = {}
-        with contextlib.suppress(OSError):
-            target.mkdir(exist_ok=True)
-        for started in dumpable:
-            rank = started.spec.rank
-            with contextlib.suppress(OSError):
-                shutil.copyfile(started.spec.stacks_file, target / f"rank{rank}.txt")
-                files[rank] = target / f"rank{rank}.txt"
-        for rank, spy in spies.items():
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                text, _ = spy.communicate(timeout=max(0.1, deadline + 5 - time.monotonic()))
-                (target / f"rank{rank}.py-spy.txt").write_bytes(text)
-            with contextlib.suppress(ProcessLookupError):
-                spy.kill()
-            spy.wait()
-        return files
-
-    def _save_evidence(self, hang: HangEvidence) -> None:
-        with contextlib.suppress(OSError):
-            evidence = {
-                "detected_at": hang.detected_at,
-                "timeout": hang.timeout,
-                "states": {str(k): v for k, v in hang.states.items()},
-                "ranks": [asdict(p) for p in hang.ranks],
-            }
-            path = self._plan.attempt_dir / "stacks" / "hang.json"
-            path.write_text(json.dumps(evidence, indent=1, default=str))
 
     def _kill_ranks(self) -> None:
         for pid in self._ranks_pids():
@@ -451,26 +408,3 @@ class _Attempt:
             self._writer.close()
         for filtered in self._filtered.values():
             filtered.close()
-
-
-def _has_data(started: StartedRank) -> bool:
-    try:
-        return started.spec.stacks_file.stat().st_size > 0
-    except OSError:
-        return False
-
-
-def _start_py_spy(ranks: list[StartedRank]) -> dict[int, subprocess.Popen[bytes]]:
-    """py-spy's view with native frames, where py-spy is installed (optional)."""
-    tool = shutil.which("py-spy")
-    if tool is None:
-        return {}
-    spies = {}
-    for started in ranks:
-        with contextlib.suppress(OSError):
-            spies[started.spec.rank] = subprocess.Popen(
-                [tool, "dump", "--native", "--pid", str(started.process.pid)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-    return spies

@@ -1,0 +1,83 @@
+"""Collecting every rank's stacks when a hang is declared."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from safelaunch.plan import DUMP_SIGNAL
+from safelaunch.supervisor.hang import HangEvidence
+from safelaunch.supervisor.procs import signal_pids
+from safelaunch.supervisor.spawn import StartedRank
+
+STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later); py-spy ~1 s
+
+
+def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
+    """Every live rank's threads, from faulthandler (and py-spy where installed), into `target`."""
+    dumpable = [s for s in live if s.spec.bootstrapped]
+    signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
+    # A stopped rank handles the dump only once it runs; it is torn down next anyway
+    # (the caller recorded its process state first).
+    signal_pids([s.process.pid for s in dumpable], signal.SIGCONT)
+    spies = _start_py_spy(dumpable)
+    deadline = time.monotonic() + STACK_WAIT
+    while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):
+        time.sleep(0.02)
+    files: dict[int, Path] = {}
+    with contextlib.suppress(OSError):
+        target.mkdir(exist_ok=True)
+    for started in dumpable:
+        rank = started.spec.rank
+        with contextlib.suppress(OSError):
+            shutil.copyfile(started.spec.stacks_file, target / f"rank{rank}.txt")
+            files[rank] = target / f"rank{rank}.txt"
+    for rank, spy in spies.items():
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            text, _ = spy.communicate(timeout=max(0.1, deadline + 5 - time.monotonic()))
+            (target / f"rank{rank}.py-spy.txt").write_bytes(text)
+        with contextlib.suppress(ProcessLookupError):
+            spy.kill()
+        spy.wait()
+    return files
+
+
+def save_evidence(hang: HangEvidence, path: Path) -> None:
+    """What the launcher saw, as JSON, next to the stacks."""
+    with contextlib.suppress(OSError):
+        evidence = {
+            "detected_at": hang.detected_at,
+            "timeout": hang.timeout,
+            "states": {str(k): v for k, v in hang.states.items()},
+            "ranks": [asdict(p) for p in hang.ranks],
+        }
+        path.write_text(json.dumps(evidence, indent=1, default=str))
+
+
+def _has_data(started: StartedRank) -> bool:
+    try:
+        return started.spec.stacks_file.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _start_py_spy(ranks: list[StartedRank]) -> dict[int, subprocess.Popen[bytes]]:
+    """py-spy's view with native frames, where py-spy is installed (optional)."""
+    tool = shutil.which("py-spy")
+    if tool is None:
+        return {}
+    spies = {}
+    for started in ranks:
+        with contextlib.suppress(OSError):
+            spies[started.spec.rank] = subprocess.Popen(
+                [tool, "dump", "--native", "--pid", str(started.process.pid)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+    return spies

@@ -1,0 +1,54 @@
+"""The pure hang rules on a fake clock."""
+
+from __future__ import annotations
+
+from safelaunch.supervisor.hang import (
+    RENDEZVOUS_ALLOWANCE,
+    STARTUP_ALLOWANCE,
+    Beat,
+    RankProgress,
+    is_hung,
+    last_progress,
+)
+
+AT_REDUCE = (("/v/site-packages/torch/distributed/distributed_c10d.py", 9, "all_reduce"),)
+IN_INIT = (
+    ("/v/torch/distributed/rendezvous.py", 1, "_create_c10d_store"),
+    ("/v/torch/distributed/distributed_c10d.py", 2, "init_process_group"),
+)
+
+
+def _beat(since: float, frames=AT_REDUCE, time: float | None = None) -> Beat:
+    return Beat(
+        rank=0, time=since if time is None else time, since=since, frames=frames, step=None, seq=4
+    )
+
+
+def _progress(rank: int, since: float, frames=AT_REDUCE) -> RankProgress:
+    beat = _beat(since, frames)
+    return RankProgress(rank=rank, last_progress=last_progress(beat, None, 0.0, True), beat=beat)
+
+
+def test_hung_only_when_every_rank_is_idle_past_the_timeout() -> None:
+    ranks = [_progress(0, 100.0), _progress(1, 100.0)]
+    assert not is_hung(ranks, now=104.9, timeout=5)
+    assert is_hung(ranks, now=105.1, timeout=5)
+    ranks[1] = _progress(1, 104.0)  # one rank still moving: a checkpoint, not a hang
+    assert not is_hung(ranks, now=105.1, timeout=5)
+
+
+def test_output_and_startup_count_as_signs_of_life() -> None:
+    assert last_progress(_beat(10.0), last_output=50.0, spawned_at=0.0, bootstrapped=True) == 50.0
+    # no record yet from a python rank: python is still starting
+    assert last_progress(None, None, spawned_at=7.0, bootstrapped=True) == 7.0 + STARTUP_ALLOWANCE
+    assert last_progress(None, None, spawned_at=7.0, bootstrapped=False) == 7.0
+
+
+def test_ranks_in_the_rendezvous_get_the_allowance() -> None:
+    ranks = [_progress(0, 100.0, IN_INIT), _progress(1, 100.0, IN_INIT)]
+    assert not is_hung(ranks, now=100.0 + RENDEZVOUS_ALLOWANCE - 1, timeout=2)
+    assert is_hung(ranks, now=100.0 + RENDEZVOUS_ALLOWANCE + 1, timeout=2)
+
+
+def test_no_live_rank_is_no_hang() -> None:
+    assert not is_hung([], now=1e9, timeout=1)
