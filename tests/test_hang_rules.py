@@ -24,17 +24,17 @@ def _beat(since: float, frames=AT_REDUCE, time: float | None = None) -> Beat:
     )
 
 
-def _progress(rank: int, since: float, frames=AT_REDUCE) -> RankProgress:
-    beat = _beat(since, frames)
+def _progress(rank: int, since: float, frames=AT_REDUCE, time: float | None = None) -> RankProgress:
+    beat = _beat(since, frames, time)
     return RankProgress(rank=rank, last_progress=last_progress(beat, None, 0.0, True), beat=beat)
 
 
 def test_hung_only_when_every_rank_is_idle_past_the_timeout() -> None:
     ranks = [_progress(0, 100.0), _progress(1, 100.0)]
-    assert not is_hung(ranks, now=104.9, timeout=5)
-    assert is_hung(ranks, now=105.1, timeout=5)
+    assert not is_hung(ranks, now=104.9, timeout=5, interval=0.5)
+    assert is_hung(ranks, now=105.1, timeout=5, interval=0.5)
     ranks[1] = _progress(1, 104.0)  # one rank still moving: a checkpoint, not a hang
-    assert not is_hung(ranks, now=105.1, timeout=5)
+    assert not is_hung(ranks, now=105.1, timeout=5, interval=0.5)
 
 
 def test_output_and_startup_count_as_signs_of_life() -> None:
@@ -44,11 +44,20 @@ def test_output_and_startup_count_as_signs_of_life() -> None:
     assert last_progress(None, None, spawned_at=7.0, bootstrapped=False) == 7.0
 
 
-def test_ranks_in_the_rendezvous_get_the_allowance() -> None:
-    ranks = [_progress(0, 100.0, IN_INIT), _progress(1, 100.0, IN_INIT)]
-    assert not is_hung(ranks, now=100.0 + RENDEZVOUS_ALLOWANCE - 1, timeout=2)
-    assert is_hung(ranks, now=100.0 + RENDEZVOUS_ALLOWANCE + 1, timeout=2)
+def test_ranks_reporting_from_the_rendezvous_get_the_allowance() -> None:
+    now = 100.0 + RENDEZVOUS_ALLOWANCE - 1
+    ranks = [_progress(r, 100.0, IN_INIT, time=now) for r in (0, 1)]  # records fresh
+    assert not is_hung(ranks, now=now, timeout=2, interval=0.2)
+    now = 100.0 + RENDEZVOUS_ALLOWANCE + 1
+    ranks = [_progress(r, 100.0, IN_INIT, time=now) for r in (0, 1)]
+    assert is_hung(ranks, now=now, timeout=2, interval=0.2)
+
+
+def test_a_rank_frozen_inside_the_rendezvous_gets_no_allowance() -> None:
+    # its last record was written in init_process_group, then it stopped writing
+    ranks = [_progress(0, 100.0, IN_INIT, time=100.0), _progress(1, 100.0, AT_REDUCE)]
+    assert is_hung(ranks, now=103.0, timeout=2, interval=0.2)
 
 
 def test_no_live_rank_is_no_hang() -> None:
-    assert not is_hung([], now=1e9, timeout=1)
+    assert not is_hung([], now=1e9, timeout=1, interval=0.1)

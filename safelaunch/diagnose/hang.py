@@ -9,6 +9,7 @@ from pathlib import Path
 
 from safelaunch.outcome import Outcome
 from safelaunch.supervisor import Beat, HangEvidence
+from safelaunch.supervisor.hang import is_stale
 
 _DISTRIBUTED = "torch/distributed/"
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
@@ -82,8 +83,8 @@ def _frozen(beat: Beat | None, state: str, evidence: HangEvidence) -> str | None
         return "stopped (process state T: SIGSTOP or a debugger)"
     if beat is None:
         return "no heartbeat at all (stuck before python started its first record)"
-    silent = evidence.detected_at - beat.time
-    if silent > 3 * evidence.interval + 0.5:
+    if is_stale(beat, evidence.detected_at, evidence.interval):
+        silent = evidence.detected_at - beat.time
         return (
             f"no heartbeat for {silent:.1f} s (process state {state}): frozen, or native "
             "code holding the GIL"

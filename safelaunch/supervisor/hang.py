@@ -72,18 +72,30 @@ def last_progress(
     return max(signs)
 
 
-def patience(progress: RankProgress, timeout: float) -> float:
-    """How long this rank may show no progress: longer while it is in the rendezvous."""
-    frames = progress.beat.frames if progress.beat else ()
-    if any(function == "init_process_group" for _, _, function in frames):
+def is_stale(beat: Beat, now: float, interval: float) -> bool:
+    """The rank stopped writing its record: frozen, stopped, or native code holding the GIL."""
+    return now - beat.time > 3 * interval + 0.5
+
+
+def patience(progress: RankProgress, now: float, timeout: float, interval: float) -> float:
+    """How long this rank may show no progress: longer while it reports from the rendezvous.
+
+    Not for a rank whose record went stale there: it froze, and waiting helps nobody.
+    """
+    beat = progress.beat
+    if beat is None or is_stale(beat, now, interval):
+        return timeout
+    if any(function == "init_process_group" for _, _, function in beat.frames):
         return max(timeout, RENDEZVOUS_ALLOWANCE)
     return timeout
 
 
-def is_hung(progress: Iterable[RankProgress], now: float, timeout: float) -> bool:
+def is_hung(progress: Iterable[RankProgress], now: float, timeout: float, interval: float) -> bool:
     """True when every live rank has been without progress for longer than its patience."""
     ranks = list(progress)
-    return bool(ranks) and all(now - r.last_progress > patience(r, timeout) for r in ranks)
+    return bool(ranks) and all(
+        now - r.last_progress > patience(r, now, timeout, interval) for r in ranks
+    )
 
 
 def read_beat(rank: int, path: Path) -> Beat | None:

@@ -332,7 +332,7 @@ class _Attempt:
             )
             progress.append(RankProgress(rank=rank, last_progress=last, beat=beat))
         wall = time.time()
-        if is_hung(progress, wall, self._plan.hang_timeout):
+        if is_hung(progress, wall, self._plan.hang_timeout, self._plan.heartbeat_interval):
             self._declare_hang(progress, wall)
 
     def _declare_hang(self, progress: list[RankProgress], wall: float) -> None:
