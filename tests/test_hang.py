@@ -86,6 +86,24 @@ def test_rank_holding_the_gil_in_native_code_is_named(tmp_path: Path) -> None:
     assert "likely culprit: rank 1" in text
 
 
+def test_py_spy_adds_native_stacks_when_installed(tmp_path: Path) -> None:
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        pytest.skip("py-spy is not installed")
+    path = f"{spy.parent}{os.pathsep}{os.environ['PATH']}"
+    run = launch(
+        tmp_path,
+        "--nproc-per-node=2",
+        f"--hang-timeout={TIMEOUT}",
+        worker("hang_cases.py"),
+        env={"CASE": "sleep", "PATH": path},
+        timeout=120,
+    )
+    assert run.returncode == exitcodes.HANG
+    native = (run.attempt() / "stacks" / "rank1.py-spy.txt").read_text()
+    assert "load_next_batch (hang_cases.py:" in native and "libc" in native
+
+
 def test_silent_compute_is_not_a_hang(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", "--hang-timeout=1.5", worker("silent_compute.py"))
     assert run.returncode == 0, run.stderr
@@ -129,6 +147,7 @@ def test_non_python_ranks_fall_back_to_output_silence(tmp_path: Path) -> None:
     assert run.returncode == exitcodes.HANG
     assert "HUNG (attempt 1)" in run.stderr  # a hang counts against --max-restarts
     assert "ranks 0,1 are in an unknown place (no Python stack; judged by output)" in run.stderr
+    assert "heartbeat" not in run.stderr.split("HUNG")[-1]  # no python claims for native ranks
 
 
 def test_hang_detection_can_be_turned_off(tmp_path: Path) -> None:

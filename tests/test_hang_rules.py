@@ -61,3 +61,12 @@ def test_a_rank_frozen_inside_the_rendezvous_gets_no_allowance() -> None:
 
 def test_no_live_rank_is_no_hang() -> None:
     assert not is_hung([], now=1e9, timeout=1, interval=0.1)
+
+
+def test_heartbeat_is_a_no_op_outside_safelaunch() -> None:
+    import safelaunch
+    from safelaunch.rank import beat
+
+    assert beat._active is None
+    safelaunch.heartbeat(step=3)  # nothing listens: no error, nothing started
+    assert beat._active is None

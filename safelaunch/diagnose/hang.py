@@ -78,9 +78,13 @@ def _user_frame(frames: Sequence[tuple[str, int, str]]) -> str | None:
     return None
 
 
-def _frozen(beat: Beat | None, state: str, evidence: HangEvidence) -> str | None:
+def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool) -> str | None:
     if state == "T":
         return "stopped (process state T: SIGSTOP or a debugger)"
+    if state == "D":
+        return "in uninterruptible sleep (process state D: stuck in the kernel, often I/O)"
+    if not heartbeat:
+        return None  # a --no-python rank: only its output was watched
     if beat is None:
         return "no heartbeat at all (stuck before python started its first record)"
     if is_stale(beat, evidence.detected_at, evidence.interval):
@@ -98,7 +102,8 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
         beat = progress.beat
         dumped = _read_dump(evidence.stack_files.get(progress.rank))
         frames = dumped or (beat.frames if beat else ())
-        frozen = _frozen(beat, evidence.states.get(progress.rank, "?"), evidence)
+        state = evidence.states.get(progress.rank, "?")
+        frozen = _frozen(beat, state, evidence, progress.heartbeat)
         activity = (
             frames[0][2] if frames else "an unknown place (no Python stack; judged by output)"
         )

@@ -45,6 +45,7 @@ class RankProgress:
     rank: int
     last_progress: float
     beat: Beat | None
+    heartbeat: bool = True  # a Python rank with a heartbeat; else judged by its output
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

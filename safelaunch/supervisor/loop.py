@@ -330,7 +330,14 @@ class _Attempt:
                 self._spawned_at[rank],
                 started.spec.bootstrapped,
             )
-            progress.append(RankProgress(rank=rank, last_progress=last, beat=beat))
+            progress.append(
+                RankProgress(
+                    rank=rank,
+                    last_progress=last,
+                    beat=beat,
+                    heartbeat=started.spec.bootstrapped and self._plan.hang_timeout > 0,
+                )
+            )
         wall = time.time()
         if is_hung(progress, wall, self._plan.hang_timeout, self._plan.heartbeat_interval):
             self._declare_hang(progress, wall)
