@@ -128,6 +128,12 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+def line_of(path: str, text: str) -> int:
+    """1-based number of the first line of `path` containing `text`."""
+    lines = Path(path).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
 def worker(name: str) -> str:
     return str(WORKERS / name)
 

@@ -9,17 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import console_lines, launch, worker
+from conftest import console_lines, launch, line_of, worker
 
 from safelaunch import exitcodes
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 3.0
-
-
-def _line_of(path: str, text: str) -> int:
-    lines = Path(path).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def _detection_latency(tmp_path: Path, run) -> float:
@@ -54,8 +49,8 @@ def _assert_hang(tmp_path: Path, run) -> str:
 def test_rank_sleeping_in_data_loading_is_named(tmp_path: Path) -> None:
     text = _assert_hang(tmp_path, _hang(tmp_path, "sleep"))
     script = worker("hang_cases.py")
-    sleep_line = _line_of(script, "time.sleep(3600)")
-    reduce_line = _line_of(script, "dist.all_reduce(batch)")
+    sleep_line = line_of(script, "time.sleep(3600)")
+    reduce_line = line_of(script, "dist.all_reduce(batch)")
     assert f"ranks 0,2 wait in all_reduce ({script}:{reduce_line} in main, collective #4)" in text
     assert f"rank 1 is in load_next_batch ({script}:{sleep_line} in load_next_batch" in text
     assert "likely culprit: rank 1: it is behind: collective #3 vs #4" in text
@@ -65,7 +60,7 @@ def test_rank_sleeping_in_data_loading_is_named(tmp_path: Path) -> None:
 def test_rank_skipping_a_collective_is_named(tmp_path: Path) -> None:
     text = _assert_hang(tmp_path, _hang(tmp_path, "skip"))
     script = worker("hang_cases.py")
-    barrier_line = _line_of(script, "dist.barrier()")
+    barrier_line = line_of(script, "dist.barrier()")
     assert f"rank 1 waits in barrier ({script}:{barrier_line} in main" in text
     assert "ranks 0,2 wait in all_reduce" in text
     assert "likely culprit: rank 1" in text
@@ -80,7 +75,7 @@ def test_stopped_rank_is_named(tmp_path: Path) -> None:
 def test_rank_holding_the_gil_in_native_code_is_named(tmp_path: Path) -> None:
     text = _assert_hang(tmp_path, _hang(tmp_path, "gil"))
     script = worker("hang_cases.py")
-    gil_line = _line_of(script, "ctypes.PyDLL(None).sleep(3600)")
+    gil_line = line_of(script, "ctypes.PyDLL(None).sleep(3600)")
     assert f"rank 1 is in main ({script}:{gil_line} in main" in text
     assert "native code holding the GIL" in text
     assert "likely culprit: rank 1" in text
@@ -120,7 +115,7 @@ def test_long_but_progressing_startup_is_not_a_hang(tmp_path: Path) -> None:
         timeout=120,
     )
     assert run.returncode == 0, run.stderr
-    assert console_lines(run.stdout, 1) == ["joined"]
+    assert "joined" in console_lines(run.stdout, 1)
 
 
 def test_explicit_steps_keep_a_sleepy_loop_alive(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import console_lines, launch, worker
+from conftest import console_lines, launch, line_of, worker
 
 
 def test_success_runs_every_rank_with_script_args_untouched(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_rank_raising_is_the_root_cause(tmp_path: Path) -> None:
     summary = run.stderr
     assert "FAILED: rank 1 exited with code 1" in summary
     assert "error: RuntimeError: rank 1 cannot read shard 7" in summary
-    line = _line_of(worker("fail_one.py"), "cannot read shard")
+    line = line_of(worker("fail_one.py"), "cannot read shard")
     assert f"at:    {worker('fail_one.py')}:{line} in load_batch" in summary
     assert "ranks 0,2: stopped by safelaunch (SIGTERM)" in summary
     assert "rank1.log" in summary
@@ -151,12 +151,6 @@ def test_pythonunbuffered_set_unless_user_set_it(tmp_path: Path) -> None:
     assert dumped["env"]["PYTHONUNBUFFERED"] == ""
     assert dumped["env"]["OMP_NUM_THREADS"] == "7"
     assert "PYTHONUNBUFFERED" not in run.stderr
-
-
-def _line_of(path: str, text: str) -> int:
-    """1-based line number of the first line containing `text`."""
-    lines = Path(path).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def test_two_jobs_started_together_get_different_ports(tmp_path: Path) -> None:
