@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import subprocess
@@ -69,6 +70,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--lines", type=int, default=200_000)
     args = parser.parse_args()
+    # Like with like: pip byte-compiles torch (and a normal install of safelaunch) at install
+    # time; an editable install under PYTHONDONTWRITEBYTECODE would compile on every start.
+    import safelaunch
+
+    compileall.compile_dir(Path(safelaunch.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "empty.py").write_text("")

@@ -39,6 +39,7 @@ def new_run(config: LaunchConfig) -> RunIdentity:
         run_dir=config.log_dir.resolve() / run_id,
         token=os.urandom(16).hex(),
         private_dir=Path(tempfile.mkdtemp(prefix=f"safelaunch-{run_id}-")),  # mode 0700
+        launcher_pid=os.getpid(),
     )
 
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from safelaunch.config import STD_ALL, STD_ERR, STD_OUT, LaunchConfig
 from safelaunch.preflight import PreflightReport
-from safelaunch.rank import beat, bootstrap
+from safelaunch.rank import names
 
 TOKEN_VAR = "SAFELAUNCH_RUN_TOKEN"  # lets the sweep find descendants that left our tree
 ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
@@ -32,6 +32,7 @@ class RunIdentity:
     run_dir: Path
     token: str
     private_dir: Path  # mode 0700: heartbeats and stack dumps, removed at the end
+    launcher_pid: int  # ranks die with it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +92,7 @@ def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
     if config.no_python and not config.run_path:
         return (script, *args)
     mode = "module" if config.module and not config.run_path else "script"
-    return (sys.executable, "-u", "-c", bootstrap.CODE, mode, script, *args)
+    return (sys.executable, "-u", "-c", names.BOOTSTRAP_CODE, mode, script, *args)
 
 
 def heartbeat_interval(hang_timeout: float) -> float:
@@ -157,11 +158,12 @@ def rank_env(
         }
     )
     heartbeat_dir = run.private_dir / f"attempt_{attempt}"
-    env[bootstrap.DUMP_SIGNAL_VAR] = str(int(DUMP_SIGNAL))
-    env[bootstrap.STACKS_VAR] = str(heartbeat_dir / f"rank{rank}.stacks")
+    env[names.LAUNCHER_PID] = str(run.launcher_pid)
+    env[names.DUMP_SIGNAL] = str(int(DUMP_SIGNAL))
+    env[names.STACKS_FILE] = str(heartbeat_dir / f"rank{rank}.stacks")
     if config.hang_timeout > 0:
-        env[beat.DIR_VAR] = str(heartbeat_dir)
-        env[beat.INTERVAL_VAR] = str(heartbeat_interval(config.hang_timeout))
+        env[names.HEARTBEAT_DIR] = str(heartbeat_dir)
+        env[names.HEARTBEAT_INTERVAL] = str(heartbeat_interval(config.hang_timeout))
     if config.virtual_local_rank:
         env["LOCAL_RANK"] = "0"
         visible = config.environ.get("CUDA_VISIBLE_DEVICES")
@@ -191,7 +193,7 @@ def build_plan(
     heartbeat_dir = run.private_dir / f"attempt_{attempt}"
     base, choices = shared_env(config, preflight.nproc, run)
     argv = worker_argv(config)
-    bootstrapped = argv[:4] == (sys.executable, "-u", "-c", bootstrap.CODE)
+    bootstrapped = argv[:4] == (sys.executable, "-u", "-c", names.BOOTSTRAP_CODE)
     workers = []
     for local_rank in range(preflight.nproc):
         rank = config.node_rank * preflight.nproc + local_rank

@@ -10,7 +10,9 @@ from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.report import render_summary
 from safelaunch.supervisor import AttemptRecord, RankExit
 
-RUN = RunIdentity(run_id="r", run_dir=Path("/l/r"), token="t", private_dir=Path("/p"))
+RUN = RunIdentity(
+    run_id="r", run_dir=Path("/l/r"), token="t", private_dir=Path("/p"), launcher_pid=1
+)
 PLAN = LaunchPlan(
     run=RUN,
     attempt=0,

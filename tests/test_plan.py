@@ -12,7 +12,7 @@ from safelaunch.config import LaunchConfig, StreamSelection
 from safelaunch.plan import TOKEN_VAR, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport
 from safelaunch.preflight.ports import PortReservation
-from safelaunch.rank.bootstrap import CODE
+from safelaunch.rank.names import BOOTSTRAP_CODE as CODE
 
 TORCHRUN_VARS = {
     "RANK",
@@ -51,7 +51,9 @@ def _plan(nproc: int = 2, attempt: int = 0, **overrides: object):
         master_addr="localhost",
         master_port=PortReservation(29511, None),
     )
-    run = RunIdentity(run_id="r1", run_dir=Path("/logs/r1"), token="t0k", private_dir=Path("/p"))
+    run = RunIdentity(
+        run_id="r1", run_dir=Path("/logs/r1"), token="t0k", private_dir=Path("/p"), launcher_pid=1
+    )
     return build_plan(config, report, run, attempt)
 
 

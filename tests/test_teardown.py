@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -112,6 +113,19 @@ def test_launcher_sigkill_takes_every_rank_and_grandchild_with_it(tmp_path: Path
     proc, mark = _start_and_wait_ready(
         tmp_path, "--nproc-per-node=2", worker("children.py"), env={"MODE": "hold"}
     )
+    proc.kill()
+    proc.wait(timeout=5)
+    assert_no_orphans(mark, within=2.0)
+
+
+def test_ranks_die_with_the_launcher_even_without_its_watcher(tmp_path: Path) -> None:
+    """`pkill -9 -f safelaunch` kills the watcher too: the parent-death signal remains."""
+    proc, mark = _start_and_wait_ready(tmp_path, "--nproc-per-node=2", worker("sleeper.py"))
+    ranks = {int(f.read_text()) for f in (tmp_path / "pids").iterdir()}
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    watchers = [int(pid) for pid in children if int(pid) not in ranks]
+    assert len(watchers) == 1
+    os.kill(watchers[0], signal.SIGKILL)
     proc.kill()
     proc.wait(timeout=5)
     assert_no_orphans(mark, within=2.0)

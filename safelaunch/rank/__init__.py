@@ -6,8 +6,6 @@ launcher's dependencies.
 
 from __future__ import annotations
 
-from safelaunch.rank import beat
-
 
 def heartbeat(step: int | None = None) -> None:
     """Tell safelaunch the rank made progress (e.g. finished `step`); a no-op outside safelaunch.
@@ -15,4 +13,6 @@ def heartbeat(step: int | None = None) -> None:
     Only needed in loops that repeat one long native call with no collective and no
     Python line change between samples, which would otherwise look stuck.
     """
+    from safelaunch.rank import beat  # here: the launcher imports this package for names only
+
     beat.report_step(step)

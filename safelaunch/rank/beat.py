@@ -21,8 +21,6 @@ import threading
 import time
 from types import FrameType
 
-DIR_VAR = "SAFELAUNCH_HEARTBEAT_DIR"
-INTERVAL_VAR = "SAFELAUNCH_HEARTBEAT_INTERVAL"
 FRAMES_KEPT = 12  # innermost frames stored in the record
 FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
 BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing

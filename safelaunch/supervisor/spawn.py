@@ -27,13 +27,15 @@ def start_rank(spec: WorkerSpec, split_streams: bool) -> StartedRank:
     try:
         # Its own session: signals to the launcher's terminal group do not hit
         # it directly, and killpg() reaches the rank and the children it made.
+        # Python ranks arm their parent-death signal in the bootstrap; a hook here
+        # would turn every spawn into a full fork of the launcher.
         process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
             stdout=out_write,
             stderr=err_write,
             start_new_session=True,
-            preexec_fn=die_with(os.getpid()),
+            preexec_fn=None if spec.bootstrapped else die_with(os.getpid()),
         )
     except OSError:
         for fd in (out_read, err_read):
