@@ -80,7 +80,7 @@ def _user_frame(frames: Sequence[tuple[str, int, str]]) -> str | None:
 
 def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool) -> str | None:
     if state == "T":
-        return "stopped (process state T: SIGSTOP or a debugger)"
+        return "stopped (process state T: SIGSTOP or a debugger; place from its last heartbeat)"
     if state == "D":
         return "in uninterruptible sleep (process state D: stuck in the kernel, often I/O)"
     if not heartbeat:

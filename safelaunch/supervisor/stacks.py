@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import asdict
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.supervisor.hang import HangEvidence
-from safelaunch.supervisor.procs import signal_pids
+from safelaunch.supervisor.procs import process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
 
 STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later); py-spy ~1 s
@@ -21,12 +20,11 @@ STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later)
 
 def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
     """Every live rank's threads, from faulthandler (and py-spy where installed), into `target`."""
-    dumpable = [s for s in live if s.spec.bootstrapped]
+    # A stopped rank is not resumed to answer (its main thread would run on before the
+    # dump, and it may be a debugger's): py-spy can still read it, else its last heartbeat.
+    dumpable = [s for s in live if s.spec.bootstrapped and process_state(s.process.pid) != "T"]
     signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
-    # A stopped rank handles the dump only once it runs; it is torn down next anyway
-    # (the caller recorded its process state first).
-    signal_pids([s.process.pid for s in dumpable], signal.SIGCONT)
-    spies = _start_py_spy(dumpable)
+    spies = _start_py_spy([s for s in live if s.spec.bootstrapped])
     deadline = time.monotonic() + STACK_WAIT
     while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):
         time.sleep(0.02)
