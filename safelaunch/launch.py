@@ -20,7 +20,7 @@ from safelaunch.diagnose import diagnose
 from safelaunch.outcome import Outcome, outcome_of
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
-from safelaunch.report import render_summary, shown_path
+from safelaunch.report import exit_code, render_summary, report_record, shown_path, write_report
 from safelaunch.supervisor import (
     AttemptRecord,
     Keeper,
@@ -104,11 +104,11 @@ def _attempts(
         console.say(banner(config, preflight, plan))
         try:
             record = supervise(plan, console, receiver, logs_ok=logs_ok, keeper_pid=keeper_pid)
-            outcome = _conclude(record, console)
+            outcome, code = _conclude(record, console, config.max_restarts)
         finally:
             console.close_log()
         if not outcome.retryable or attempt == config.max_restarts:
-            return outcome.exit_code
+            return code
         late = receiver.take()
         if late:  # a signal between attempts: do not start another
             console.say(f"received signal {late[0]} before the restart: stopping")
@@ -116,7 +116,11 @@ def _attempts(
     raise AssertionError("unreachable: the last attempt always returns")
 
 
-def _conclude(record: AttemptRecord, console: Console) -> Outcome:
+def _conclude(record: AttemptRecord, console: Console, max_restarts: int) -> tuple[Outcome, int]:
+    """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code."""
     outcome = outcome_of(record)
-    console.say(render_summary(outcome, diagnose(outcome)))
-    return outcome
+    diagnosis = diagnose(outcome)
+    console.say(render_summary(outcome, diagnosis))
+    report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts)
+    write_report(outcome.attempt_dir / "report.json", report)
+    return outcome, exit_code(outcome, diagnosis)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 from safelaunch.diagnose import Diagnosis
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
@@ -91,11 +93,50 @@ def render_hang(outcome: Outcome, hang: HangAnalysis, logs: str, attempt: str) -
     return "\n".join(lines)
 
 
+def exit_code(outcome: Outcome, diagnosis: Diagnosis) -> int:
+    """The run's code: the diagnosed root cause's own when a rank failed."""
+    if outcome.status == FAILED and diagnosis.root_cause is not None:
+        return diagnosis.root_cause.shell_code
+    return outcome.exit_code
+
+
+def _failure_lines(outcome: Outcome, diagnosis: Diagnosis, attempt: str) -> list[str]:
+    cause = diagnosis.root_cause
+    assert cause is not None  # only called for failures
+    lines = [
+        f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} after {cause.ended_after:.1f} s"
+    ]
+    signature = diagnosis.signature
+    if signature is not None:
+        lines.append(f"  class: {diagnosis.klass} ({signature.id}): {signature.meaning}")
+    else:
+        lines.append(f"  class: {diagnosis.klass}: no known signature; the error below is the lead")
+    if diagnosis.error is not None:
+        lines.append(f"  error: {diagnosis.error.line}")
+        if diagnosis.error.location:
+            lines.append(f"  at:    {diagnosis.error.location}")
+    elif diagnosis.evidence:
+        lines.append(f"  error: {diagnosis.evidence}")
+    lines.extend(f"  next:  {step}" for step in (signature.next_steps if signature else ())[:4])
+    lines.append(f"  log:   {shown_path(cause.log_path)}")
+    followed = dict(diagnosis.consequences)
+    others = [r for r in outcome.ranks if r.rank != cause.rank and r.rank not in followed]
+    lines.extend(_group_lines(others))
+    lines.extend(
+        f"  rank {rank}: failed as a consequence ({signature_id}), not a cause"
+        for rank, signature_id in diagnosis.consequences
+    )
+    return lines
+
+
 def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     """A few lines on success; on failure the root cause, its error, where, and its log."""
     attempt = f" (attempt {outcome.attempt})" if outcome.attempt else ""
     logs = shown_path(outcome.run_dir)
-    notes = []
+    notes = [
+        f"note: rank {rank} logged a non-finite loss: {line!r} (learning rate, inputs, BatchNorm)"
+        for rank, line in diagnosis.non_finite
+    ]
     if outcome.strays_ended:
         notes.append(f"ended {outcome.strays_ended} leftover process(es) the ranks had started")
     notes.extend(outcome.log_problems)
@@ -105,20 +146,12 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if outcome.status == HUNG and diagnosis.hang is not None:
         return render_hang(outcome, diagnosis.hang, logs, attempt)
     if outcome.status == FAILED and diagnosis.root_cause is not None:
-        cause = diagnosis.root_cause
-        lines = [
-            f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} "
-            f"after {cause.ended_after:.1f} s (root cause: the first rank to fail)"
-        ]
-        if diagnosis.error is not None:
-            lines.append(f"  error: {diagnosis.error.line}")
-            if diagnosis.error.location:
-                lines.append(f"  at:    {diagnosis.error.location}")
-        lines.append(f"  log:   {shown_path(cause.log_path)}")
-        others = [r for r in outcome.ranks if r.rank != cause.rank]
-        lines.extend(_group_lines(others))
+        lines = _failure_lines(outcome, diagnosis, attempt)
         lines.extend(notes)
-        lines.append(f"exit code {outcome.exit_code} (rank {cause.rank}'s own code); logs: {logs}")
+        code = exit_code(outcome, diagnosis)
+        lines.append(
+            f"exit code {code} (rank {diagnosis.root_cause.rank}'s own code); logs: {logs}"
+        )
         return "\n".join(lines)
     name = signal_name(outcome.interrupt_signal or signal.SIGTERM)
     lines = [f"interrupted by {name} after {outcome.duration:.1f} s{attempt}"]
@@ -126,3 +159,88 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     lines.extend(notes)
     lines.append(f"exit code {outcome.exit_code}; logs: {logs}")
     return "\n".join(lines)
+
+
+REPORT_SCHEMA = "safelaunch.report/1"  # docs/report-json.md; bump on incompatible change
+
+
+def _rank_record(result: RankResult) -> dict[str, Any]:
+    return {
+        "rank": result.rank,
+        "local_rank": result.local_rank,
+        "pid": result.pid,
+        "state": result.state,
+        "exit_code": result.exit_code,
+        "signal": signal_name(result.signal) if result.signal is not None else None,
+        "ended_after_s": round(result.ended_after, 3),
+        "log": str(result.log_path),
+    }
+
+
+def _hang_record(hang: HangAnalysis | None) -> dict[str, Any] | None:
+    if hang is None:
+        return None
+    return {
+        "stuck_for_s": round(hang.stuck_for, 3),
+        "timeout_s": hang.timeout,
+        "groups": [
+            {
+                "ranks": list(g.ranks),
+                "activity": g.activity,
+                "location": g.location,
+                "waiting_in_collective": g.waiting,
+                "collectives": list(g.seqs),
+                "frozen": g.frozen,
+            }
+            for g in hang.groups
+        ],
+        "exited": [{"rank": rank, "how": how} for rank, how in hang.exited],
+        "culprits": list(hang.culprits),
+        "reason": hang.reason,
+        "stacks_dir": str(hang.stacks_dir) if hang.stacks_dir else None,
+    }
+
+
+def report_record(
+    outcome: Outcome, diagnosis: Diagnosis, run_id: str, max_restarts: int
+) -> dict[str, Any]:
+    """The machine-readable report of one attempt (schema: REPORT_SCHEMA)."""
+    signature = diagnosis.signature
+    cause = diagnosis.root_cause
+    return {
+        "schema": REPORT_SCHEMA,
+        "run_id": run_id,
+        "attempt": outcome.attempt,
+        "max_restarts": max_restarts,
+        "status": outcome.status,
+        "exit_code": exit_code(outcome, diagnosis),
+        "duration_s": round(outcome.duration, 3),
+        "ranks": [_rank_record(r) for r in outcome.ranks],
+        "first_failure": outcome.first_failure.rank if outcome.first_failure else None,
+        "hang": _hang_record(diagnosis.hang),
+        "diagnosis": {
+            "class": diagnosis.klass,
+            "root_cause_rank": cause.rank if cause else None,
+            "signature": signature.id if signature else None,
+            "summary": signature.meaning if signature else None,
+            "next_steps": list(signature.next_steps) if signature else [],
+            "error": diagnosis.error.line if diagnosis.error else diagnosis.evidence,
+            "location": diagnosis.error.location if diagnosis.error else None,
+            "consequences": [{"rank": r, "signature": s} for r, s in diagnosis.consequences],
+            "non_finite_losses": [{"rank": r, "line": line} for r, line in diagnosis.non_finite],
+            "isolation_helps": signature.isolation_helps if signature else None,
+        },
+        "isolation": None,  # the Gloo rerun (not built yet)
+        "log_problems": list(outcome.log_problems),
+    }
+
+
+def write_report(path: Path, record: dict[str, Any]) -> bool:
+    """Write report.json atomically; False when the directory is not writable."""
+    temporary = path.with_suffix(".tmp")
+    try:
+        temporary.write_text(json.dumps(record, indent=1))
+        os.replace(temporary, path)
+    except OSError:
+        return False
+    return True

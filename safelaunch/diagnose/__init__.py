@@ -1,7 +1,9 @@
-"""Diagnose: the root cause's error text and where in the user's code it happened.
+"""Diagnose: which rank really failed first, what kind of failure it is, what to do.
 
-Reads logs only. The error file (torch elastic's `@record`) wins over the log;
-without it, the last traceback in the rank's log is used.
+Reads logs only. The error text comes from the error file (torch elastic's
+`@record`) when there is one, else from the last traceback in the rank's log; the
+class, meaning and next steps from the knowledge base (signatures.py). A rank whose
+log shows only the consequences of a peer's death is never the root cause.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
-from safelaunch.outcome import Outcome, RankResult
+from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
+from safelaunch.diagnose.signatures import COMMUNICATION, UNKNOWN, Signature
+from safelaunch.outcome import FAILED, Outcome, RankResult
 
 LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
@@ -36,6 +40,11 @@ class Diagnosis:
     root_cause: RankResult | None
     error: ErrorText | None
     hang: HangAnalysis | None = None
+    klass: str | None = None  # one of the five classes, or unknown; None on success
+    signature: Signature | None = None
+    evidence: str | None = None  # the log line that matched the signature
+    consequences: tuple[tuple[int, str], ...] = ()  # (rank, signature id): failed because of it
+    non_finite: tuple[tuple[int, str], ...] = ()  # (rank, line): NaN/inf losses in the logs
 
 
 def user_location(frames: list[tuple[str, str, str]]) -> str | None:
@@ -78,15 +87,20 @@ def from_error_file(path: Path) -> ErrorText | None:
         return None
 
 
-def from_log(path: Path) -> ErrorText | None:
-    """The last traceback, or a fatal native-crash line, in the rank's log."""
+def read_tail(path: Path) -> str:
+    """The end of a log (where errors are), decoded; empty when unreadable."""
     try:
         with path.open("rb") as log:
             log.seek(0, 2)
             log.seek(max(0, log.tell() - LOG_TAIL))
-            text = log.read().decode("utf-8", "replace")
+            return log.read().decode("utf-8", "replace")
     except OSError:
-        return None
+        return ""
+
+
+def from_log(path: Path, text: str | None = None) -> ErrorText | None:
+    """The last traceback, or a fatal native-crash line, in the rank's log."""
+    text = read_tail(path) if text is None else text
     parsed = parse_traceback(text)
     if parsed:
         return ErrorText(line=parsed[0], location=parsed[1], source="log")
@@ -96,10 +110,40 @@ def from_log(path: Path) -> ErrorText | None:
     return None
 
 
+def _root_cause(failed: list[RankResult], found: dict[int, list[Match]]) -> RankResult:
+    """The earliest failure that is not only a consequence of another rank's."""
+    for result in failed:
+        if not found[result.rank] or cause(found[result.rank]) is not None:
+            return result
+    return failed[0]
+
+
 def diagnose(outcome: Outcome) -> Diagnosis:
-    """Find the root cause's error text."""
-    cause = outcome.first_failure
-    if cause is None:
-        return Diagnosis(root_cause=None, error=None, hang=analyse_hang(outcome))
-    error = from_error_file(cause.error_file) or from_log(cause.log_path)
-    return Diagnosis(root_cause=cause, error=error)
+    """Root cause, class, signature and next steps; NaN/inf losses in any rank's log."""
+    texts = {r.rank: read_tail(r.log_path) for r in outcome.ranks}
+    non_finite = tuple(
+        (rank, line) for rank, text in texts.items() if (line := non_finite_loss(text))
+    )
+    hang = analyse_hang(outcome)
+    failed = sorted((r for r in outcome.ranks if r.state == FAILED), key=lambda r: r.ended_after)
+    if outcome.first_failure is None or not failed:
+        klass = COMMUNICATION if hang else None
+        return Diagnosis(root_cause=None, error=None, hang=hang, klass=klass, non_finite=non_finite)
+    found = {r.rank: matches(texts[r.rank], r.signal) for r in failed}
+    root = _root_cause(failed, found)
+    match = cause(found[root.rank])
+    consequences = tuple(
+        (r.rank, found[r.rank][0].signature.id)
+        for r in failed
+        if r.rank != root.rank and found[r.rank] and cause(found[r.rank]) is None
+    )
+    error = from_error_file(root.error_file) or from_log(root.log_path, texts[root.rank])
+    return Diagnosis(
+        root_cause=root,
+        error=error,
+        klass=match.signature.klass if match else UNKNOWN,
+        signature=match.signature if match else None,
+        evidence=match.line if match else None,
+        consequences=consequences,
+        non_finite=non_finite,
+    )

@@ -1,0 +1,65 @@
+"""End to end: real failing jobs get their class, signature, next steps and report.json."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import launch, line_of, worker
+from test_teardown import _start_and_wait_ready
+
+pytestmark = pytest.mark.slow
+
+
+def _report(run) -> dict:
+    return json.loads((run.attempt() / "report.json").read_text())
+
+
+def test_sampler_and_shuffle_is_data_sampling(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("bad_sampler.py"), timeout=120)
+    assert run.returncode == 1
+    assert "class: data/sampling (sampler-and-shuffle)" in run.stderr
+    assert "next:  drop shuffle=True" in run.stderr
+    report = _report(run)
+    assert report["diagnosis"]["root_cause_rank"] == 1
+    line = line_of(worker("bad_sampler.py"), "shuffle=True)")
+    assert report["diagnosis"]["location"] == f"{worker('bad_sampler.py')}:{line} in <module>"
+
+
+def test_nccl_on_a_cpu_build_is_environment(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("nccl_on_cpu.py"), timeout=120)
+    assert run.returncode == 1
+    assert "class: environment/launch (nccl-not-built)" in run.stderr
+    assert _report(run)["diagnosis"]["isolation_helps"] is True
+
+
+@pytest.mark.parametrize(
+    ("sig", "expected"),
+    [("KILL", "resources (killed-sigkill)"), ("SEGV", "unknown (native-crash)")],
+)
+def test_deaths_by_signal(tmp_path: Path, sig: str, expected: str) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("kill_self.py"), env={"SIG": sig})
+    assert f"class: {expected}" in run.stderr
+    if sig == "KILL":
+        assert "dmesg -T" in run.stderr
+    else:  # faulthandler wrote the Python stack into the rank's log
+        assert b"Fatal Python error: Segmentation fault" in run.rank_log(1)
+
+
+def test_nan_loss_is_noted_even_on_success(tmp_path: Path) -> None:
+    run = launch(tmp_path, worker("nan_loss.py"))
+    assert run.returncode == 0
+    assert "note: rank 0 logged a non-finite loss: 'step 2 loss nan'" in run.stderr
+    assert _report(run)["status"] == "succeeded"
+
+
+def test_report_is_written_when_interrupted(tmp_path: Path) -> None:
+    proc, _ = _start_and_wait_ready(tmp_path, "--nproc-per-node=2", worker("sleeper.py"))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    report = json.loads(next((tmp_path / "logs").glob("*/attempt_0/report.json")).read_text())
+    assert report["status"] == "interrupted" and report["exit_code"] == 130
+    assert {r["state"] for r in report["ranks"]} == {"stopped"}

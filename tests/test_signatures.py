@@ -1,0 +1,121 @@
+"""The knowledge base: every signature has a fixture that it, and only it, explains first."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from safelaunch.diagnose import diagnose
+from safelaunch.diagnose.match import cause, matches, non_finite_loss
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.outcome import FAILED, Outcome, RankResult
+from safelaunch.report import REPORT_SCHEMA, render_summary, report_record
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+PATTERNED = [s for s in SIGNATURES if s.patterns]
+
+
+def test_ids_are_unique_and_every_signature_says_what_to_do() -> None:
+    assert len({s.id for s in SIGNATURES}) == len(SIGNATURES)
+    for signature in SIGNATURES:
+        assert signature.meaning and 1 <= len(signature.next_steps) <= 4, signature.id
+
+
+@pytest.mark.parametrize("signature", PATTERNED, ids=lambda s: s.id)
+def test_each_fixture_is_explained_by_its_signature_first(signature) -> None:
+    text = (FIXTURES / f"{signature.id}.log").read_text()
+    found = matches(text, None)
+    assert found and found[0].signature.id == signature.id
+    assert found[0].line and not found[0].line.startswith("[rank")  # torch's marker dropped
+
+
+@pytest.mark.parametrize(
+    ("signum", "expected"),
+    [
+        (signal.SIGKILL, "killed-sigkill"),
+        (signal.SIGSEGV, "native-crash"),
+        (signal.SIGBUS, "native-crash"),
+    ],
+)
+def test_signals(signum: int, expected: str) -> None:
+    assert matches("", signum)[0].signature.id == expected
+
+
+def test_consequences_are_never_a_cause() -> None:
+    text = (FIXTURES / "peer-connection-closed.log").read_text()
+    assert cause(matches(text, None)) is None
+
+
+def test_non_finite_loss_lines() -> None:
+    assert non_finite_loss("step 3 loss nan\n") == "step 3 loss nan"
+    assert non_finite_loss("[rank1]: {'loss': inf, 'lr': 0.1}") == "{'loss': inf, 'lr': 0.1}"
+    assert non_finite_loss("loss 0.25 (finite)\nnanny\n") is None
+
+
+def _result(rank: int, at: float, log: Path, code: int = 1) -> RankResult:
+    return RankResult(
+        rank=rank,
+        local_rank=rank,
+        pid=10 + rank,
+        state=FAILED,
+        exit_code=code,
+        signal=None,
+        ended_after=at,
+        log_path=log,
+        error_file=log.with_suffix(".json"),
+    )
+
+
+def _outcome(tmp_path: Path, ranks: list[RankResult]) -> Outcome:
+    first = min(ranks, key=lambda r: r.ended_after)
+    return Outcome(
+        attempt=0,
+        status=FAILED,
+        ranks=tuple(ranks),
+        first_failure=first,
+        interrupt_signal=None,
+        exit_code=first.shell_code,
+        duration=2.0,
+        strays_ended=0,
+        log_problems=(),
+        run_dir=tmp_path,
+        attempt_dir=tmp_path,
+    )
+
+
+def test_a_survivor_that_failed_first_only_because_of_a_peer_is_not_the_root_cause(
+    tmp_path: Path,
+) -> None:
+    survivor = tmp_path / "rank0.log"
+    survivor.write_text((FIXTURES / "peer-connection-closed.log").read_text())
+    culprit = tmp_path / "rank1.log"
+    culprit.write_text((FIXTURES / "ddp-unused-parameters.log").read_text())
+    outcome = _outcome(tmp_path, [_result(0, 1.00, survivor), _result(1, 1.02, culprit, code=7)])
+    diagnosis = diagnose(outcome)
+    assert diagnosis.root_cause is not None and diagnosis.root_cause.rank == 1
+    assert diagnosis.klass == "model/gradient"
+    assert diagnosis.consequences == ((0, "peer-connection-closed"),)
+    text = render_summary(outcome, diagnosis)
+    assert text.startswith("FAILED: rank 1 exited with code 7")
+    assert "class: model/gradient (ddp-unused-parameters)" in text
+    assert "next:  use every parameter in the loss" in text
+    assert "rank 0: failed as a consequence (peer-connection-closed), not a cause" in text
+    assert "exit code 7 (rank 1's own code)" in text
+
+
+def test_report_json_has_the_documented_shape(tmp_path: Path) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text((FIXTURES / "sampler-and-shuffle.log").read_text() + "step 1 loss nan\n")
+    outcome = _outcome(tmp_path, [_result(0, 0.5, log)])
+    record = report_record(outcome, diagnose(outcome), "run-1", max_restarts=2)
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(record, schema)
+    assert record["schema"] == REPORT_SCHEMA
+    assert record["diagnosis"]["class"] == "data/sampling"
+    assert record["diagnosis"]["signature"] == "sampler-and-shuffle"
+    assert record["diagnosis"]["location"] == "/home/u/train.py:14 in <module>"
+    assert record["diagnosis"]["non_finite_losses"] == [{"rank": 0, "line": "step 1 loss nan"}]
