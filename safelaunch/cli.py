@@ -134,7 +134,8 @@ def _with_options(function: Callable[..., Any]) -> Callable[..., Any]:
         "allow_interspersed_args": False,
         "max_content_width": 100,
     },
-    epilog="Exit codes: docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
+    epilog="Explain an earlier run's logs: safelaunch explain PATH|-. Exit codes: "
+    "docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
 )
 @_with_options
 @click.version_option(__version__, "--version", prog_name="safelaunch")
@@ -162,6 +163,25 @@ def command(**raw: Any) -> None:
     sys.exit(code)
 
 
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("where", metavar="PATH|-")
+def explain_command(where: str) -> None:
+    """Explain a failed run from its logs: a safelaunch or torchrun log directory, or one
+    combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin."""
+    from safelaunch.explain import explain
+
+    console = Console(color=color_wanted("auto", sys.stderr.buffer))
+    try:
+        text = explain(where)
+    except SafelaunchError as exc:
+        console.say(exc.render(), "error")
+        sys.exit(exc.exit_code)
+    console.emit((text + "\n").encode())
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: `safelaunch explain ...`, else a launch."""
+    # A subcommand word only where a script name would stand: ./explain still launches.
+    if sys.argv[1:2] == ["explain"]:
+        explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
     command(prog_name="safelaunch")

@@ -117,6 +117,10 @@ def _failure_lines(outcome: Outcome, diagnosis: Diagnosis, attempt: str) -> list
             lines.append(f"  at:    {diagnosis.error.location}")
     elif diagnosis.evidence:
         lines.append(f"  error: {diagnosis.evidence}")
+    if diagnosis.crashed_at_exit:
+        lines.append(
+            "  then:  it crashed at exit (torch/Gloo teardown abort): the error above is the cause"
+        )
     lines.extend(f"  next:  {step}" for step in (signature.next_steps if signature else ())[:4])
     lines.append(f"  log:   {shown_path(cause.log_path)}")
     followed = dict(diagnosis.consequences)

@@ -119,3 +119,34 @@ def test_report_json_has_the_documented_shape(tmp_path: Path) -> None:
     assert record["diagnosis"]["signature"] == "sampler-and-shuffle"
     assert record["diagnosis"]["location"] == "/home/u/train.py:14 in <module>"
     assert record["diagnosis"]["non_finite_losses"] == [{"rank": 0, "line": "step 1 loss nan"}]
+
+
+def test_shutdown_crash_after_the_work_vs_after_a_python_error(tmp_path: Path) -> None:
+    log = tmp_path / "rank1.log"
+    log.write_text((FIXTURES / "shutdown-crash.log").read_text())
+    aborted = RankResult(
+        rank=1,
+        local_rank=1,
+        pid=11,
+        state=FAILED,
+        exit_code=None,
+        signal=signal.SIGABRT,
+        ended_after=2.0,
+        log_path=log,
+        error_file=tmp_path / "none.json",
+    )
+    diagnosis = diagnose(_outcome(tmp_path, [aborted]))
+    assert diagnosis.signature is not None and diagnosis.signature.id == "shutdown-crash"
+    assert "not a training failure" in render_summary(_outcome(tmp_path, [aborted]), diagnosis)
+
+    log.write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/home/u/train.py", line 52, in main\n'
+        "[rank1]: RuntimeError: injected failure on rank 1 at step 2\n"
+        + (FIXTURES / "shutdown-crash.log").read_text()
+    )
+    diagnosis = diagnose(_outcome(tmp_path, [aborted]))
+    assert diagnosis.crashed_at_exit and diagnosis.signature is None
+    text = render_summary(_outcome(tmp_path, [aborted]), diagnosis)
+    assert "error: RuntimeError: injected failure on rank 1 at step 2" in text
+    assert "then:  it crashed at exit" in text

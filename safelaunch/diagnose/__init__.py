@@ -45,6 +45,7 @@ class Diagnosis:
     evidence: str | None = None  # the log line that matched the signature
     consequences: tuple[tuple[int, str], ...] = ()  # (rank, signature id): failed because of it
     non_finite: tuple[tuple[int, str], ...] = ()  # (rank, line): NaN/inf losses in the logs
+    crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
 
 
 def user_location(frames: list[tuple[str, str, str]]) -> str | None:
@@ -138,6 +139,10 @@ def diagnose(outcome: Outcome) -> Diagnosis:
         if r.rank != root.rank and found[r.rank] and cause(found[r.rank]) is None
     )
     error = from_error_file(root.error_file) or from_log(root.log_path, texts[root.rank])
+    # A traceback before the shutdown crash is the real failure; the abort is how it ended.
+    crashed_at_exit = bool(match and match.signature.id == "shutdown-crash" and error)
+    if crashed_at_exit:
+        match = None
     return Diagnosis(
         root_cause=root,
         error=error,
@@ -146,4 +151,5 @@ def diagnose(outcome: Outcome) -> Diagnosis:
         evidence=match.line if match else None,
         consequences=consequences,
         non_finite=non_finite,
+        crashed_at_exit=crashed_at_exit,
     )

@@ -274,6 +274,19 @@ SIGNATURES: tuple[Signature, ...] = (
         next_steps=("lower batch size or DataLoader workers; check memory per rank x ranks",),
     ),
     Signature(
+        id="shutdown-crash",
+        klass=COMMUNICATION,
+        patterns=(r"terminate called without an active exception",),
+        meaning=(
+            "the rank crashed while shutting down, after its work (a known torch/Gloo "
+            "teardown crash): not a training failure"
+        ),
+        next_steps=(
+            "before exiting: del the DDP model, gc.collect(), then dist.destroy_process_group()",
+            "the results are likely complete: check the last lines of every rank's log",
+        ),
+    ),
+    Signature(
         id="killed-sigkill",
         klass=RESOURCES,
         signals=(signal.SIGKILL,),

@@ -1,0 +1,101 @@
+"""`safelaunch explain` on each log layout, torchrun's from a real torchrun run."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import launch, line_of, marked_env, safelaunch_cmd, worker
+
+SAMPLER = worker("bad_sampler.py")
+VERDICT = "class: data/sampling (sampler-and-shuffle)"
+
+
+def _explain(where: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        safelaunch_cmd("explain", where), input=stdin, capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.fixture(scope="module")
+def torchrun_logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One real failing torchrun run: its log directory and its combined console output."""
+    torchrun = Path(safelaunch_cmd()[0]).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed")
+    work = tmp_path_factory.mktemp("torchrun")
+    env, _ = marked_env(work)
+    console = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc-per-node=2",
+            "--log-dir",
+            str(work / "logs"),
+            "--tee",
+            "3",
+            SAMPLER,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    combined = work / "slurm-1234.out"
+    combined.write_text(console.stdout + console.stderr)
+    return work / "logs", combined
+
+
+@pytest.mark.slow
+def test_torchrun_log_directory(torchrun_logs: tuple[Path, Path]) -> None:
+    result = _explain(str(torchrun_logs[0]))
+    assert result.returncode == 0, result.stderr
+    assert "torchrun (attempt_0, local ranks), 2 rank log(s)" in result.stdout
+    assert "root cause: rank 1" in result.stdout and VERDICT in result.stdout
+    assert f"at:    {SAMPLER}:{line_of(SAMPLER, 'shuffle=True)')} in <module>" in result.stdout
+
+
+@pytest.mark.slow
+def test_combined_log_ignores_torchruns_own_traceback(torchrun_logs: tuple[Path, Path]) -> None:
+    result = _explain(str(torchrun_logs[1]))
+    assert "combined log" in result.stdout
+    assert "root cause: rank 1" in result.stdout and VERDICT in result.stdout
+    assert "ChildFailedError" not in result.stdout  # the launcher's traceback is not a rank's
+
+
+def test_safelaunch_run_directory(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=3", worker("fail_one.py"))
+    assert run.returncode == 1
+    result = _explain(str(tmp_path / "logs"))  # the log dir: follows `latest`
+    assert "safelaunch (attempt_0), 3 rank log(s)" in result.stdout
+    assert "root cause: rank 1" in result.stdout
+    assert "error: RuntimeError: rank 1 cannot read shard 7" in result.stdout
+
+
+def test_stdin_with_rank_prefixes_and_a_consequence() -> None:
+    text = "\n".join(
+        [
+            "srun: starting",
+            "[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.2]:50609.",
+            "[rank1]: step 7 loss nan",
+            "[rank1]: Traceback (most recent call last):",
+            '[rank1]:   File "/home/u/train.py", line 40, in <module>',
+            "[rank1]: RuntimeError: Expected to have finished reduction in the prior iteration",
+        ]
+    )
+    result = _explain("-", stdin=text)
+    assert "root cause: rank 1" in result.stdout
+    assert "class: model/gradient (ddp-unused-parameters)" in result.stdout
+    assert "at:    /home/u/train.py:40 in <module>" in result.stdout
+    assert "rank 0: failed as a consequence (peer-connection-closed), not a cause" in result.stdout
+    assert "note: rank 1 logged a non-finite loss: 'step 7 loss nan'" in result.stdout
+
+
+def test_bad_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = _explain(str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "no such file or directory" in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _explain(str(empty)).returncode == 2
