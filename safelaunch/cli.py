@@ -111,6 +111,12 @@ _OPTIONS = [
         help="Seconds without progress on any rank before the job counts as hung; 0: off.",
     ),
     _own(
+        "--signatures",
+        default=None,
+        envvar="SAFELAUNCH_SIGNATURES",
+        help="TOML file of your own failure signatures, matched before the built-in ones.",
+    ),
+    _own(
         "--color",
         type=click.Choice(["auto", "always", "never"]),
         default="auto",
@@ -164,15 +170,22 @@ def command(**raw: Any) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--signatures",
+    default=None,
+    envvar="SAFELAUNCH_SIGNATURES",
+    help="TOML file of your own failure signatures.",
+)
 @click.argument("where", metavar="PATH|-")
-def explain_command(where: str) -> None:
+def explain_command(where: str, signatures: str | None) -> None:
     """Explain a failed run from its logs: a safelaunch or torchrun log directory, or one
     combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin."""
+    from safelaunch.diagnose.signatures import load
     from safelaunch.explain import explain
 
     console = Console(color=color_wanted("auto", sys.stderr.buffer))
     try:
-        text = explain(where)
+        text = explain(where, load(signatures))
     except SafelaunchError as exc:
         console.say(exc.render(), "error")
         sys.exit(exc.exit_code)

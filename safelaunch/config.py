@@ -81,6 +81,7 @@ class LaunchConfig:
     virtual_local_rank: bool = False
     color: bool = False
     hang_timeout: float = 300.0  # 0 turns hang detection off
+    signatures_file: str | None = None  # the user's own failure signatures (TOML)
     # The launcher's environment when it started: the base of every rank's env.
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Flags accepted but without effect here, said once at start.
@@ -288,6 +289,7 @@ def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchCo
         virtual_local_rank=raw["virtual_local_rank"],
         color=raw.get("color", False),
         hang_timeout=raw.get("hang_timeout", 300.0),
+        signatures_file=raw.get("signatures") or None,
         environ=MappingProxyType(dict(environ)),
         notices=notices,
     )

@@ -13,11 +13,13 @@ import json
 import re
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.diagnose import from_log, read_tail
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
+from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.errors import SafelaunchError
 
 _PREFIX = re.compile(r"^\[(?:rank\s*|[A-Za-z_][\w-]*?)(\d+)\]:\s?(.*)$")
@@ -152,9 +154,9 @@ class Verdict:
     non_finite: tuple[tuple[int, str], ...]
 
 
-def judge(logs: LogSet) -> Verdict:
+def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> Verdict:
     """Pick the root cause: a rank whose error is not only a consequence of another's."""
-    found = {r.rank: matches(r.text, r.signum) for r in logs.ranks}
+    found = {r.rank: matches(r.text, r.signum, table) for r in logs.ranks}
     failed = [r for r in logs.ranks if found[r.rank] or "Traceback (most recent" in r.text]
     real = [r for r in failed if cause(found[r.rank]) is not None or not found[r.rank]]
     hinted = [r for r in real if r.rank == logs.root_hint]
@@ -210,7 +212,7 @@ def render(where: str, logs: LogSet, verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
-def explain(where: str) -> str:
+def explain(where: str, table: Sequence[Signature] = SIGNATURES) -> str:
     """Load, judge, render."""
     logs = load(where)
-    return render(where, logs, judge(logs))
+    return render(where, logs, judge(logs, table))

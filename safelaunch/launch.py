@@ -11,12 +11,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import diagnose
+from safelaunch.diagnose import diagnose, signatures
+from safelaunch.diagnose.signatures import Signature
 from safelaunch.outcome import Outcome, outcome_of
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
@@ -74,6 +76,7 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
 
 def run(config: LaunchConfig, console: Console) -> int:
     """Launch the job; return the exit code (see exitcodes)."""
+    table = signatures.load(config.signatures_file)  # a bad file stops us before anything starts
     preflight = run_preflight(config)
     identity = new_run(config)
     receiver = SignalReceiver(config.signals_to_handle)
@@ -82,7 +85,7 @@ def run(config: LaunchConfig, console: Console) -> int:
     receiver.install()
     try:
         point_latest(config.log_dir, identity.run_id)
-        return _attempts(config, preflight, identity, receiver, console, keeper.pid)
+        return _attempts(config, preflight, identity, receiver, console, keeper.pid, table)
     finally:
         receiver.restore()
         keeper.stop()
@@ -97,6 +100,7 @@ def _attempts(
     receiver: SignalReceiver,
     console: Console,
     keeper_pid: int,
+    table: Sequence[Signature],
 ) -> int:
     for attempt in range(config.max_restarts + 1):
         plan = build_plan(config, preflight, identity, attempt)
@@ -104,7 +108,7 @@ def _attempts(
         console.say(banner(config, preflight, plan))
         try:
             record = supervise(plan, console, receiver, logs_ok=logs_ok, keeper_pid=keeper_pid)
-            outcome, code = _conclude(record, console, config.max_restarts)
+            outcome, code = _conclude(record, console, config.max_restarts, table)
         finally:
             console.close_log()
         if not outcome.retryable or attempt == config.max_restarts:
@@ -116,10 +120,12 @@ def _attempts(
     raise AssertionError("unreachable: the last attempt always returns")
 
 
-def _conclude(record: AttemptRecord, console: Console, max_restarts: int) -> tuple[Outcome, int]:
+def _conclude(
+    record: AttemptRecord, console: Console, max_restarts: int, table: Sequence[Signature]
+) -> tuple[Outcome, int]:
     """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code."""
     outcome = outcome_of(record)
-    diagnosis = diagnose(outcome)
+    diagnosis = diagnose(outcome, table)
     console.say(render_summary(outcome, diagnosis))
     report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts)
     write_report(outcome.attempt_dir / "report.json", report)

@@ -109,8 +109,13 @@ def _failure_lines(outcome: Outcome, diagnosis: Diagnosis, attempt: str) -> list
     signature = diagnosis.signature
     if signature is not None:
         lines.append(f"  class: {diagnosis.klass} ({signature.id}): {signature.meaning}")
-    else:
+    elif diagnosis.error is not None:
         lines.append(f"  class: {diagnosis.klass}: no known signature; the error below is the lead")
+    else:
+        lines.append(
+            f"  class: {diagnosis.klass}: it {cause.how_it_ended()} without an error message; "
+            "the end of its log is the lead"
+        )
     if diagnosis.error is not None:
         lines.append(f"  error: {diagnosis.error.line}")
         if diagnosis.error.location:

@@ -63,3 +63,30 @@ def test_report_is_written_when_interrupted(tmp_path: Path) -> None:
     report = json.loads(next((tmp_path / "logs").glob("*/attempt_0/report.json")).read_text())
     assert report["status"] == "interrupted" and report["exit_code"] == 130
     assert {r["state"] for r in report["ranks"]} == {"stopped"}
+
+
+def test_ddp_unused_parameters_is_model_gradient(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("ddp_unused.py"), timeout=120)
+    assert run.returncode != 0
+    assert "class: model/gradient (ddp-unused-parameters)" in run.stderr
+    assert "find_unused_parameters=True" in run.stderr
+
+
+def test_peer_crash_seen_from_survivors_names_the_peer(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=3", worker("peer_crash.py"), timeout=120)
+    assert run.returncode == 3
+    report = _report(run)
+    assert report["diagnosis"]["root_cause_rank"] == 1
+    # survivors either were stopped by safelaunch or failed with a consequence, never the cause
+    for rank in (0, 2):
+        line = next(r for r in report["ranks"] if r["rank"] == rank)
+        failed_on_their_own = line["state"] == "failed"
+        if failed_on_their_own:
+            assert {"rank": rank, "signature": "peer-connection-closed"} in report["diagnosis"][
+                "consequences"
+            ]
+
+
+def test_a_plain_error_is_unknown_with_its_error_as_the_lead(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("fail_one.py"))
+    assert "class: unknown: no known signature; the error below is the lead" in run.stderr

@@ -117,7 +117,7 @@ def test_report_json_has_the_documented_shape(tmp_path: Path) -> None:
     assert record["schema"] == REPORT_SCHEMA
     assert record["diagnosis"]["class"] == "data/sampling"
     assert record["diagnosis"]["signature"] == "sampler-and-shuffle"
-    assert record["diagnosis"]["location"] == "/home/u/train.py:14 in <module>"
+    assert record["diagnosis"]["location"].endswith("scenario.py:7 in <module>")  # captured
     assert record["diagnosis"]["non_finite_losses"] == [{"rank": 0, "line": "step 1 loss nan"}]
 
 
@@ -150,3 +150,63 @@ def test_shutdown_crash_after_the_work_vs_after_a_python_error(tmp_path: Path) -
     text = render_summary(_outcome(tmp_path, [aborted]), diagnosis)
     assert "error: RuntimeError: injected failure on rank 1 at step 2" in text
     assert "then:  it crashed at exit" in text
+
+
+USER_SIGNATURES = """
+[[signature]]
+id = "shard-missing"
+class = "data/sampling"
+patterns = ["ShardNotFound: shard \\\\d+"]
+meaning = "a data shard is missing from the bucket"
+next_steps = ["re-run the export job for that shard"]
+"""
+
+
+def test_user_signatures_are_matched_first(tmp_path: Path) -> None:
+    from conftest import launch
+
+    (tmp_path / "sigs.toml").write_text(USER_SIGNATURES)
+    script = tmp_path / "shard.py"
+    script.write_text(
+        "import sys\nprint('ShardNotFound: shard 17', file=sys.stderr)\nsys.exit(3)\n"
+    )
+    run = launch(tmp_path, "--signatures", str(tmp_path / "sigs.toml"), str(script))
+    assert run.returncode == 3
+    assert "class: data/sampling (shard-missing): a data shard is missing" in run.stderr
+    assert "next:  re-run the export job for that shard" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("[[signature]]\nid = 'x'\npatterns = ['a']\n", "has no 'meaning'"),
+        ("[[signature]]\nid = 'x'\nmeaning = 'm'\npatterns = ['(']\n", "signature 1:"),
+        ("[[signature]]\nid = 'x'\nmeaning = 'm'\npatterns = ['a']\nclass = 'gpu'\n", "not one of"),
+        ("[[signature]\n", "not valid TOML"),
+    ],
+)
+def test_bad_signature_files_stop_before_anything_starts(
+    tmp_path: Path, content: str, needle: str
+) -> None:
+    import subprocess
+
+    from conftest import marked_env, safelaunch_cmd, worker
+
+    (tmp_path / "sigs.toml").write_text(content)
+    env, _ = marked_env(tmp_path)
+    result = subprocess.run(
+        safelaunch_cmd(
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--signatures",
+            str(tmp_path / "sigs.toml"),
+            worker("dump_env.py"),
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert needle in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "logs").exists() and not list((tmp_path / "pids").iterdir())

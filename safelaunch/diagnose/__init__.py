@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
-from safelaunch.diagnose.signatures import COMMUNICATION, UNKNOWN, Signature
+from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
 from safelaunch.outcome import FAILED, Outcome, RankResult
 
 LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
@@ -119,7 +120,7 @@ def _root_cause(failed: list[RankResult], found: dict[int, list[Match]]) -> Rank
     return failed[0]
 
 
-def diagnose(outcome: Outcome) -> Diagnosis:
+def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagnosis:
     """Root cause, class, signature and next steps; NaN/inf losses in any rank's log."""
     texts = {r.rank: read_tail(r.log_path) for r in outcome.ranks}
     non_finite = tuple(
@@ -130,7 +131,7 @@ def diagnose(outcome: Outcome) -> Diagnosis:
     if outcome.first_failure is None or not failed:
         klass = COMMUNICATION if hang else None
         return Diagnosis(root_cause=None, error=None, hang=hang, klass=klass, non_finite=non_finite)
-    found = {r.rank: matches(texts[r.rank], r.signal) for r in failed}
+    found = {r.rank: matches(texts[r.rank], r.signal, table) for r in failed}
     root = _root_cause(failed, found)
     match = cause(found[root.rank])
     consequences = tuple(
