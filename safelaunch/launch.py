@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
@@ -102,13 +103,14 @@ def _attempts(
     keeper_pid: int,
     table: Sequence[Signature],
 ) -> int:
+    history: list[dict[str, Any]] = []  # every attempt's status, for report.json
     for attempt in range(config.max_restarts + 1):
         plan = build_plan(config, preflight, identity, attempt)
         logs_ok = open_attempt_logs(plan, console)
         console.say(banner(config, preflight, plan))
         try:
             record = supervise(plan, console, receiver, logs_ok=logs_ok, keeper_pid=keeper_pid)
-            outcome, code = _conclude(record, console, config.max_restarts, table)
+            outcome, code = _conclude(record, console, config.max_restarts, table, history)
         finally:
             console.close_log()
         if not outcome.retryable or attempt == config.max_restarts:
@@ -121,12 +123,17 @@ def _attempts(
 
 
 def _conclude(
-    record: AttemptRecord, console: Console, max_restarts: int, table: Sequence[Signature]
+    record: AttemptRecord,
+    console: Console,
+    max_restarts: int,
+    table: Sequence[Signature],
+    history: list[dict[str, Any]],
 ) -> tuple[Outcome, int]:
     """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code."""
     outcome = outcome_of(record)
     diagnosis = diagnose(outcome, table)
     console.say(render_summary(outcome, diagnosis))
-    report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts)
+    report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts, history)
     write_report(outcome.attempt_dir / "report.json", report)
+    history.append(report["attempts"][-1])
     return outcome, exit_code(outcome, diagnosis)

@@ -211,9 +211,16 @@ def _hang_record(hang: HangAnalysis | None) -> dict[str, Any] | None:
 
 
 def report_record(
-    outcome: Outcome, diagnosis: Diagnosis, run_id: str, max_restarts: int
+    outcome: Outcome,
+    diagnosis: Diagnosis,
+    run_id: str,
+    max_restarts: int,
+    earlier: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report of one attempt (schema: REPORT_SCHEMA)."""
+    """The machine-readable report of one attempt (schema: REPORT_SCHEMA).
+
+    `earlier`: the run's previous attempts (attempt, status, exit_code), oldest first.
+    """
     signature = diagnosis.signature
     cause = diagnosis.root_cause
     return {
@@ -221,6 +228,14 @@ def report_record(
         "run_id": run_id,
         "attempt": outcome.attempt,
         "max_restarts": max_restarts,
+        "attempts": [
+            *(earlier or []),
+            {
+                "attempt": outcome.attempt,
+                "status": outcome.status,
+                "exit_code": exit_code(outcome, diagnosis),
+            },
+        ],
         "status": outcome.status,
         "exit_code": exit_code(outcome, diagnosis),
         "duration_s": round(outcome.duration, 3),

@@ -103,6 +103,9 @@ def test_restarts_count_up_in_new_attempt_directories(tmp_path: Path) -> None:
         assert run.rank_log(0, attempt) == f"attempt {attempt} max 3\n".encode()
     assert not run.attempt(3).exists()
     assert "restart 2 of 3" in run.stderr
+    report = json.loads((run.attempt(2) / "report.json").read_text())
+    assert [a["status"] for a in report["attempts"]] == ["failed", "failed", "succeeded"]
+    assert [a["exit_code"] for a in report["attempts"]] == [5, 5, 0]
     assert "succeeded in" in run.stderr and "(attempt 2)" in run.stderr
 
 
