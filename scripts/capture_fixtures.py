@@ -147,6 +147,35 @@ SCENARIOS: dict[str, tuple[int, int, str]] = {
 }
 
 
+# Reproduced under an 8 MiB /dev/shm in a private mount namespace (needs root).
+SMALL_SHM = {
+    "shm-too-small": (
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class Big(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 64\n"
+        "    def __getitem__(self, i):\n"
+        "        return torch.ones(4 << 20)  # 16 MiB a sample, handed over through /dev/shm\n"
+        "for batch in DataLoader(Big(), batch_size=4, num_workers=2):\n"
+        "    pass"
+    ),
+}
+
+
+def run_with_small_shm(code: str) -> bytes:
+    """`code` in one process whose /dev/shm is 8 MiB (unshare -m; root only)."""
+    with tempfile.TemporaryDirectory() as work:
+        script = Path(work) / "scenario.py"
+        script.write_text(PRELUDE + code + "\n")
+        shell = f"mount -t tmpfs -o size=8m tmpfs /dev/shm && exec {sys.executable} {script}"
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", shell],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+        ).stdout
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("", 0))
@@ -188,10 +217,13 @@ def run_scenario(code: str, world: int, timeout: float = 60) -> list[bytes]:
 
 
 def main() -> None:
-    wanted = sys.argv[1:] or list(SCENARIOS)
+    wanted = sys.argv[1:] or [*SCENARIOS, *SMALL_SHM]
     for name in wanted:
-        world, rank, code = SCENARIOS[name]
-        output = run_scenario(code, world)[rank]
+        if name in SMALL_SHM:
+            output, world, rank = run_with_small_shm(SMALL_SHM[name]), 1, 0
+        else:
+            world, rank, code = SCENARIOS[name]
+            output = run_scenario(code, world)[rank]
         (FIXTURES / f"{name}.log").write_bytes(output)
         print(f"{name}: {len(output.splitlines())} lines from rank {rank} of {world}")
 

@@ -224,6 +224,7 @@ SIGNATURES: tuple[Signature, ...] = (
         id="shm-too-small",
         klass=DATA,
         patterns=(
+            r"unable to allocate shared memory\(shm\)",  # torch 2.13, measured with 8 MiB shm
             r"insufficient shared memory \(shm\)",
             r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
             r"NCCL WARN Error: failed to extend /dev/shm",
