@@ -250,6 +250,7 @@ def report_record(
             "next_steps": list(signature.next_steps) if signature else [],
             "error": diagnosis.error.line if diagnosis.error else diagnosis.evidence,
             "location": diagnosis.error.location if diagnosis.error else None,
+            "error_source": diagnosis.error.source if diagnosis.error else None,
             "consequences": [{"rank": r, "signature": s} for r, s in diagnosis.consequences],
             "non_finite_losses": [{"rank": r, "line": line} for r, line in diagnosis.non_finite],
             "isolation_helps": signature.isolation_helps if signature else None,

@@ -118,6 +118,7 @@ def test_report_json_has_the_documented_shape(tmp_path: Path) -> None:
     assert record["diagnosis"]["class"] == "data/sampling"
     assert record["diagnosis"]["signature"] == "sampler-and-shuffle"
     assert record["diagnosis"]["location"].endswith("scenario.py:7 in <module>")  # captured
+    assert record["diagnosis"]["error_source"] == "log"
     assert record["diagnosis"]["non_finite_losses"] == [{"rank": 0, "line": "step 1 loss nan"}]
 
 

@@ -127,11 +127,6 @@ class RankTee(threading.Thread):
         self._behind = False  # the last read filled the buffer: read again at once
         self.last_output: float | None = None  # wall clock of the last byte read
 
-    @property
-    def bytes_written(self) -> int:
-        """Bytes stored in the rank's log file so far."""
-        return self._written
-
     def stop_by(self, when: float) -> None:
         """Give up on pipes still open at `when` (held by a process we could not end)."""
         self._stop_at = when
