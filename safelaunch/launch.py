@@ -68,6 +68,7 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
         if last
         else f"logs: {shown_path(plan.attempt_dir)}/rank0.log",
     ]
+    lines.extend(preflight.gpu_lines)
     if plan.env_choices:
         chosen = "; ".join(f"{c.name}={c.value} ({c.reason})" for c in plan.env_choices)
         lines.append(f"set for the ranks: {chosen}")
@@ -108,6 +109,8 @@ def _attempts(
         plan = build_plan(config, preflight, identity, attempt)
         logs_ok = open_attempt_logs(plan, console)
         console.say(banner(config, preflight, plan))
+        if attempt == 0 and preflight.warnings:
+            console.say("\n".join(preflight.warnings), "warning")
         try:
             record = supervise(plan, console, receiver, logs_ok=logs_ok, keeper_pid=keeper_pid)
             outcome, code = _conclude(record, console, config.max_restarts, table, history)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
-from safelaunch.preflight.gpus import visible_gpu_count
+from safelaunch.preflight.inventory import Inventory, read_inventory
+from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
+from safelaunch.preflight.visible import parse_visible
 
 DEFAULT_MASTER_ADDR = "localhost"  # what torchrun 2.13 gives a one-node job (measured)
 
@@ -23,9 +25,11 @@ class PreflightReport:
     nproc_reason: str
     master_addr: str
     master_port: PortReservation
+    gpu_lines: tuple[str, ...] = ()  # local rank -> cuda:N -> physical GPU, for the banner
+    warnings: tuple[str, ...] = ()
 
 
-def resolve_nproc(config: LaunchConfig) -> tuple[int, str]:
+def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]:
     """Turn gpu / cpu / auto into a rank count, with the reason for the banner."""
     wanted = config.nproc_per_node
     if isinstance(wanted, int):
@@ -33,13 +37,14 @@ def resolve_nproc(config: LaunchConfig) -> tuple[int, str]:
     cpus = len(os.sched_getaffinity(0))
     if wanted == "cpu":
         return cpus, "one per CPU (--nproc-per-node=cpu)"
-    gpus = visible_gpu_count(config.environ)
+    visible = parse_visible(config.environ.get("CUDA_VISIBLE_DEVICES"), inventory.gpus)
+    gpus = len(visible.devices)
     if gpus:
         return gpus, f"one per visible GPU (--nproc-per-node={wanted})"
     if wanted == "gpu":
+        why = inventory.problem or "CUDA_VISIBLE_DEVICES hides them all"
         raise PreflightError(
-            "--nproc-per-node=gpu but no GPU is visible (no NVIDIA driver, or "
-            "CUDA_VISIBLE_DEVICES hides them all)",
+            f"--nproc-per-node=gpu but no GPU is visible ({why})",
             "give a number of ranks, e.g. --nproc-per-node=2 for a CPU/Gloo job",
         )
     return cpus, "one per CPU: no GPU visible (--nproc-per-node=auto)"
@@ -79,7 +84,18 @@ def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
 
 def run_preflight(config: LaunchConfig) -> PreflightReport:
     """Every check that must pass before a rank starts."""
-    nproc, reason = resolve_nproc(config)
+    inventory = read_inventory(config.environ)
+    nproc, reason = resolve_nproc(config, inventory)
     check_entry_point(config)
+    gpus = plan_gpus(inventory, config.environ, nproc)
+    if gpus.errors:
+        raise PreflightError(*gpus.errors[0])
     addr, port = reserve_master(config)
-    return PreflightReport(nproc=nproc, nproc_reason=reason, master_addr=addr, master_port=port)
+    return PreflightReport(
+        nproc=nproc,
+        nproc_reason=reason,
+        master_addr=addr,
+        master_port=port,
+        gpu_lines=gpus.lines,
+        warnings=gpus.warnings,
+    )
