@@ -111,6 +111,18 @@ _OPTIONS = [
         help="Seconds without progress on any rank before the job counts as hung; 0: off.",
     ),
     _own(
+        "--strict",
+        is_flag=True,
+        envvar="SAFELAUNCH_STRICT",
+        help="Preflight warnings (busy GPU, small /dev/shm, ...) stop the launch too.",
+    ),
+    _own(
+        "--no-preflight",
+        is_flag=True,
+        envvar="SAFELAUNCH_NO_PREFLIGHT",
+        help="Skip the environment checks (rank count and port are still resolved).",
+    ),
+    _own(
         "--signatures",
         default=None,
         envvar="SAFELAUNCH_SIGNATURES",

@@ -15,11 +15,6 @@ from typing import Any
 
 from safelaunch.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - python 3.10
-    import tomli as tomllib
-
 ENVIRONMENT = "environment/launch"
 COMMUNICATION = "communication"
 DATA = "data/sampling"
@@ -369,6 +364,10 @@ def load(path: str | None) -> tuple[Signature, ...]:
     """The table: the user's signatures from `path` first (they win), then the built-in ones."""
     if not path:
         return SIGNATURES
+    if sys.version_info >= (3, 11):  # imported here: most launches have no signature file
+        import tomllib
+    else:  # pragma: no cover - python 3.10
+        import tomli as tomllib
     try:
         with open(path, "rb") as source:
             records = tomllib.load(source).get("signature", [])

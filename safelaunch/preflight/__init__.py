@@ -12,6 +12,7 @@ from safelaunch.errors import PreflightError
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
+from safelaunch.preflight.system import ERROR, WARNING, Finding, system_findings
 from safelaunch.preflight.visible import parse_visible
 
 DEFAULT_MASTER_ADDR = "localhost"  # what torchrun 2.13 gives a one-node job (measured)
@@ -82,20 +83,40 @@ def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
         ) from None
 
 
+def findings_of(
+    config: LaunchConfig, inventory: Inventory, nproc: int
+) -> tuple[tuple[str, ...], list[Finding]]:
+    """The GPU mapping lines and every finding (GPU and system)."""
+    gpus = plan_gpus(inventory, config.environ, nproc)
+    findings = [Finding(level=ERROR, code="gpu", message=m, fix=f) for m, f in gpus.errors]
+    findings += [Finding(level=WARNING, code="gpu", message=m) for m in gpus.warnings]
+    findings += system_findings(config.environ, config.master_addr or DEFAULT_MASTER_ADDR)
+    return gpus.lines, findings
+
+
 def run_preflight(config: LaunchConfig) -> PreflightReport:
-    """Every check that must pass before a rank starts."""
+    """Every check that must pass before a rank starts; errors stop the launch (exit 78)."""
     inventory = read_inventory(config.environ)
     nproc, reason = resolve_nproc(config, inventory)
     check_entry_point(config)
-    gpus = plan_gpus(inventory, config.environ, nproc)
-    if gpus.errors:
-        raise PreflightError(*gpus.errors[0])
+    lines: tuple[str, ...] = ()
+    warnings: list[Finding] = []
+    if config.preflight:
+        lines, findings = findings_of(config, inventory, nproc)
+        fatal = (ERROR, WARNING) if config.strict else (ERROR,)
+        for finding in findings:
+            if finding.level in fatal:
+                fix = finding.fix + (
+                    " (a warning; --strict made it fatal)" if finding.level == WARNING else ""
+                )
+                raise PreflightError(finding.message, fix.strip() or None)
+        warnings = [f for f in findings if f.level == WARNING]
     addr, port = reserve_master(config)
     return PreflightReport(
         nproc=nproc,
         nproc_reason=reason,
         master_addr=addr,
         master_port=port,
-        gpu_lines=gpus.lines,
-        warnings=gpus.warnings,
+        gpu_lines=lines,
+        warnings=tuple(f"{w.message}; {w.fix}" if w.fix else w.message for w in warnings),
     )

@@ -1,0 +1,149 @@
+"""System checks before spawning: shared memory, limits, interfaces, addresses, stale env.
+
+Each check is a pure rule over facts (sizes, limits, names) plus a thin reader, so the
+rules are table-tested and the readers run for real.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+OK, WARNING, ERROR = "ok", "warning", "error"
+SHM_MIN = 1 << 30  # below this DataLoader workers die with "Bus error" on real batches
+NOFILE_MIN = 4096  # sockets per peer, DataLoader pipes and files add up per rank
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One check's verdict: a code, one line of what, one line of how to fix it."""
+
+    level: str  # ok | warning | error
+    code: str
+    message: str
+    fix: str = ""
+
+
+def shm_finding(size_bytes: int | None) -> Finding:
+    """/dev/shm large enough for DataLoader workers?"""
+    if size_bytes is None:
+        return Finding(
+            level=WARNING,
+            code="shm-missing",
+            message="/dev/shm is not mounted",
+            fix="mount a tmpfs on /dev/shm (docker: --shm-size=8g)",
+        )
+    if size_bytes < SHM_MIN:
+        return Finding(
+            level=WARNING,
+            code="shm-small",
+            message=f"/dev/shm is only {size_bytes >> 20} MiB: DataLoader workers may die with "
+            "'Bus error' or 'unable to allocate shared memory'",
+            fix="give it at least 1 GiB (docker: --shm-size=8g; k8s: an emptyDir of medium Memory)",
+        )
+    return Finding(level=OK, code="shm", message=f"/dev/shm {size_bytes >> 30} GiB")
+
+
+def read_shm_size(path: str = "/dev/shm") -> int | None:
+    """Size of the shared-memory filesystem in bytes; None when it is missing."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_frsize * stat.f_blocks
+
+
+def limits_finding(nofile_soft: int) -> Finding:
+    """Enough file descriptors for the ranks' sockets, pipes and files?"""
+    if nofile_soft != resource.RLIM_INFINITY and nofile_soft < NOFILE_MIN:
+        return Finding(
+            level=WARNING,
+            code="nofile-low",
+            message=f"open-files limit is {nofile_soft}: many ranks or DataLoader workers can hit "
+            "'Too many open files'",
+            fix=f"ulimit -n {NOFILE_MIN * 16} (or raise nofile in /etc/security/limits.conf)",
+        )
+    return Finding(level=OK, code="nofile", message=f"open-files limit {nofile_soft}")
+
+
+def interface_findings(environ: Mapping[str, str], interfaces: Sequence[str]) -> list[Finding]:
+    """NCCL_/GLOO_SOCKET_IFNAME name interfaces that exist (prefix, `^` exclude, `=` exact)."""
+    findings = []
+    for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        value = environ.get(variable)
+        if not value:
+            continue
+        if value.startswith("^"):
+            continue  # an exclusion list cannot name a missing interface wrongly
+        exact = value.startswith("=")
+        wanted = [w.strip() for w in value.lstrip("=").split(",") if w.strip()]
+        if variable == "GLOO_SOCKET_IFNAME":  # Gloo opens every listed name, exactly
+            matched = [w for w in wanted if w in interfaces]
+            missing = len(matched) < len(wanted)
+        else:  # NCCL: prefixes, or exact names after "="
+            matched = [
+                name
+                for name in interfaces
+                if any(name == w if exact else name.startswith(w) for w in wanted)
+            ]
+            missing = not matched
+        if missing:
+            findings.append(
+                Finding(
+                    level=ERROR,
+                    code="ifname-missing",
+                    message=f"{variable}={value} matches no interface on this host "
+                    f"(it has {', '.join(interfaces)})",
+                    fix=f"set {variable} to one of them, or unset it",
+                )
+            )
+        else:
+            findings.append(Finding(level=OK, code="ifname", message=f"{variable} -> {matched}"))
+    return findings
+
+
+def nested_finding(environ: Mapping[str, str]) -> Finding | None:
+    """Launch variables already set: safelaunch inside another launcher?"""
+    present = [name for name in LAUNCH_VARS if name in environ]
+    if not present:
+        return None
+    return Finding(
+        level=WARNING,
+        code="nested-launch",
+        message=f"{', '.join(present)} already set in safelaunch's environment (a launch inside "
+        "another launcher?): the ranks get their own values",
+        fix="unset them, or run the script directly if the outer launcher already starts ranks",
+    )
+
+
+def address_finding(address: str) -> Finding:
+    """MASTER_ADDR resolves?"""
+    try:
+        socket.getaddrinfo(address, None)
+    except OSError as exc:
+        return Finding(
+            level=ERROR,
+            code="master-addr",
+            message=f"MASTER_ADDR {address!r} does not resolve ({exc.strerror or exc})",
+            fix="use an IP address or a host name this node can resolve (--master-addr)",
+        )
+    return Finding(level=OK, code="master-addr", message=f"MASTER_ADDR {address} resolves")
+
+
+def system_findings(environ: Mapping[str, str], master_addr: str) -> list[Finding]:
+    """Every system check, read for real."""
+    interfaces = [name for _, name in socket.if_nameindex()]
+    findings = [
+        shm_finding(read_shm_size()),
+        limits_finding(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
+        *interface_findings(environ, interfaces),
+        address_finding(master_addr),
+    ]
+    nested = nested_finding(environ)
+    if nested is not None:
+        findings.append(nested)
+    return findings
