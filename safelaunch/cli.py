@@ -58,6 +58,31 @@ def _torchrun(name: str, short: str | None = None, **kwargs: Any) -> Callable[..
     return click.option(*names, dest, cls=_Option, envvar=envvar, show_default=True, **kwargs)
 
 
+def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--config FILE: TOML whose keys are launch options; the command line and env still win."""
+    if value is None:
+        return
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - python 3.10
+        import tomli as tomllib
+    try:
+        with open(value, "rb") as source:
+            data = tomllib.load(source)
+    except OSError as exc:
+        raise click.BadParameter(f"{value}: {exc.strerror}", ctx, param) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise click.BadParameter(f"{value}: not valid TOML ({exc})", ctx, param) from None
+    options = {p.name for p in ctx.command.params if isinstance(p, click.Option)}
+    defaults = {}
+    for key, setting in data.items():
+        name = key.replace("-", "_")
+        if name not in options or name in ("config", "help", "version"):
+            raise click.BadParameter(f"{value}: {key!r} is not a launch option", ctx, param)
+        defaults[name] = setting
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+
+
 def _own(*names: str, **kwargs: Any) -> Callable[..., Any]:
     return click.option(*names, cls=_Option, section=OWN_SECTION, show_default=True, **kwargs)
 
@@ -104,11 +129,28 @@ _OPTIONS = [
     ),
     _torchrun("virtual-local-rank", is_flag=True, help="LOCAL_RANK=0, one GPU per rank."),
     _own(
+        "--config",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_load_config,
+        envvar="SAFELAUNCH_CONFIG",
+        help="TOML file of launch options (any flag, e.g. nproc_per_node = 4; see configs/).",
+    ),
+    _own(
         "--hang-timeout",
         type=float,
         default=300.0,
         envvar="SAFELAUNCH_HANG_TIMEOUT",
         help="Seconds without progress on any rank before the job counts as hung; 0: off.",
+    ),
+    _own(
+        "--debug-profile",
+        type=click.Choice(["quiet", "default", "full"]),
+        default="default",
+        envvar="SAFELAUNCH_DEBUG_PROFILE",
+        help="Debug variables for the ranks (never over yours): NCCL log per rank, flight "
+        "recorder; full adds C++ stacks, TORCH_DISTRIBUTED_DEBUG=INFO, CUDA_LAUNCH_BLOCKING.",
     ),
     _own(
         "--strict",

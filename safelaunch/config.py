@@ -82,6 +82,7 @@ class LaunchConfig:
     color: bool = False
     hang_timeout: float = 300.0  # 0 turns hang detection off
     signatures_file: str | None = None  # the user's own failure signatures (TOML)
+    debug_profile: str = "default"  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too
     preflight: bool = True  # False: only what must be resolved (rank count, port)
     # The launcher's environment when it started: the base of every rank's env.
@@ -292,6 +293,7 @@ def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchCo
         color=raw.get("color", False),
         hang_timeout=raw.get("hang_timeout", 300.0),
         signatures_file=raw.get("signatures") or None,
+        debug_profile=raw.get("debug_profile", "default"),
         strict=raw.get("strict", False),
         preflight=not raw.get("no_preflight", False),
         environ=MappingProxyType(dict(environ)),

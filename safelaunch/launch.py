@@ -70,8 +70,13 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
     ]
     lines.extend(preflight.gpu_lines)
     if plan.env_choices:
-        chosen = "; ".join(f"{c.name}={c.value} ({c.reason})" for c in plan.env_choices)
-        lines.append(f"set for the ranks: {chosen}")
+        run_dir = str(plan.run.run_dir / "attempt_{n}")
+        chosen = ", ".join(
+            f"{c.name}={c.value.replace(run_dir, '<attempt dir>')}" for c in plan.env_choices
+        )
+        lines.append(
+            f"set for the ranks ({config.debug_profile} profile; yours are never changed): {chosen}"
+        )
     lines.extend(f"note: {notice}" for notice in config.notices)
     return "\n".join(lines)
 

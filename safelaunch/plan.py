@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from safelaunch.config import STD_ALL, STD_ERR, STD_OUT, LaunchConfig
+from safelaunch.debugenv import PROFILES
 from safelaunch.preflight import PreflightReport
 from safelaunch.rank import names
 
@@ -116,12 +117,17 @@ def shared_env(
         default("OMP_NUM_THREADS", "1", f"unset, and {nproc} ranks share this host")
     default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "torchrun's default")
     default("PYTHONUNBUFFERED", "1", "live output")
+    attempt_dir = str(run.run_dir / "attempt_{n}")
+    for name, value, reason in PROFILES[config.debug_profile]:
+        # {rank} stays a placeholder here and is filled in by rank_env
+        default(name, value.replace("{attempt}", attempt_dir), reason)
     env[TOKEN_VAR] = run.token
     return env, tuple(choices)
 
 
 def rank_env(
     base: Mapping[str, str],
+    choices: tuple[EnvChoice, ...],
     config: LaunchConfig,
     preflight: PreflightReport,
     run: RunIdentity,
@@ -133,6 +139,10 @@ def rank_env(
     nproc = preflight.nproc
     rank = config.node_rank * nproc + local_rank
     env = dict(base)
+    for choice in choices:  # only safelaunch's own values carry placeholders
+        env[choice.name] = choice.value.replace("attempt_{n}", f"attempt_{attempt}").replace(
+            "{rank}", str(rank)
+        )
     env.update(
         {
             "RANK": str(rank),
@@ -203,7 +213,9 @@ def build_plan(
                 rank=rank,
                 local_rank=local_rank,
                 argv=argv,
-                env=rank_env(base, config, preflight, run, attempt, local_rank, error_file),
+                env=rank_env(
+                    base, choices, config, preflight, run, attempt, local_rank, error_file
+                ),
                 log_path=attempt_dir / f"rank{rank}.log",
                 error_file=error_file,
                 console_streams=console_streams(config, local_rank),

@@ -142,3 +142,24 @@ def test_every_torchrun_flag_is_accepted(torchrun: str) -> None:
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z_-]+|-[a-z])\b", theirs)) - {"-h"}
     missing = sorted(f for f in flags if f not in ours)
     assert not missing
+
+
+@pytest.mark.parametrize("profile", sorted(Path(__file__).parents[1].glob("configs/*.toml")))
+def test_shipped_configs_load_and_launch(tmp_path: Path, profile: Path) -> None:
+    result = _cli(tmp_path, "--config", str(profile), worker("dump_env.py"))
+    assert result.returncode == 0, result.stderr
+
+
+def test_config_file_sets_options_and_the_command_line_wins(tmp_path: Path) -> None:
+    config = tmp_path / "job.toml"
+    config.write_text('nproc-per-node = "3"\ndebug_profile = "quiet"\n')
+    result = _cli(tmp_path, "--config", str(config), worker("dump_env.py"))
+    assert result.returncode == 0 and "3 rank(s)" in result.stderr
+    assert "(quiet profile" in result.stderr
+    result = _cli(tmp_path, "--config", str(config), "--nproc-per-node=1", worker("dump_env.py"))
+    assert "1 rank(s)" in result.stderr
+    config.write_text("nproc = 3\n")
+    result = _cli(tmp_path, "--config", str(config), worker("dump_env.py"))
+    assert (
+        result.returncode == exitcodes.USAGE and "'nproc' is not a launch option" in result.stderr
+    )

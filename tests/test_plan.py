@@ -87,7 +87,10 @@ def test_environment_is_frozen() -> None:
 
 
 def test_users_settings_win_and_our_choices_are_listed() -> None:
-    plan = _plan(environ={"OMP_NUM_THREADS": "8", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})
+    plan = _plan(
+        environ={"OMP_NUM_THREADS": "8", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"},
+        debug_profile="quiet",
+    )
     env = plan.workers[0].env
     assert env["OMP_NUM_THREADS"] == "8" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     assert [c.name for c in plan.env_choices] == ["PYTHONUNBUFFERED"]
@@ -115,3 +118,20 @@ def test_one_pipe_unless_streams_must_be_told_apart() -> None:
     assert not _plan(redirects=StreamSelection(default=3)).split_streams
     assert _plan(redirects=StreamSelection(default=1)).split_streams
     assert _plan(duplicate_stderr_filters=("x",)).split_streams
+
+
+def test_debug_profiles_per_rank_files_and_the_users_values_win() -> None:
+    plan = _plan(nproc=2, attempt=1, environ={"NCCL_DEBUG": "WARN", "MINE": "x{rank}"})
+    for rank, worker in enumerate(plan.workers):
+        env = worker.env
+        assert env["NCCL_DEBUG"] == "WARN"  # the user's own value
+        assert env["NCCL_DEBUG_FILE"] == f"/logs/r1/attempt_1/nccl-rank{rank}.%h.%p.log"
+        assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/logs/r1/attempt_1/flight-rank"
+        assert env["MINE"] == "x{rank}"  # placeholders only in safelaunch's own values
+        assert "TORCH_DISTRIBUTED_DEBUG" not in env
+    assert "NCCL_DEBUG" not in {c.name for c in plan.env_choices}
+    full = _plan(debug_profile="full").workers[0].env
+    assert full["TORCH_DISTRIBUTED_DEBUG"] == "INFO"  # never DETAIL: it crashes DDP in 2.13
+    assert full["NCCL_DEBUG_SUBSYS"] == "ALL" and full["CUDA_LAUNCH_BLOCKING"] == "1"
+    quiet = _plan(debug_profile="quiet").workers[0].env
+    assert not {"NCCL_DEBUG", "NCCL_DEBUG_FILE", "TORCH_FR_BUFFER_SIZE"} & set(quiet)

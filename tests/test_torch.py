@@ -56,7 +56,15 @@ def test_worker_environment_matches_torchrun(tmp_path: Path, torchrun: str) -> N
     theirs = tmp_path / "theirs"
     for where in (ours, theirs):
         where.mkdir()
-    run = launch(ours, "--nproc_per_node=2", "--max-restarts=1", worker("dump_env.py"), "a")
+    # quiet: torchrun's environment exactly; the default profile's additions are pinned below
+    run = launch(
+        ours,
+        "--nproc_per_node=2",
+        "--max-restarts=1",
+        "--debug-profile=quiet",
+        worker("dump_env.py"),
+        "a",
+    )
     assert run.returncode == 0, run.stderr
     env, _ = marked_env(theirs)
     subprocess.run(
@@ -107,3 +115,19 @@ def test_record_decorator_writes_into_our_error_file(tmp_path: Path) -> None:
     assert (run.attempt() / "rank1.error.json").exists()
     assert "error: ValueError: batch 3 has 0 samples" in run.stderr
     assert f"at:    {script}:5 in check_batch" in run.stderr
+
+
+def test_default_profile_adds_only_the_documented_debug_variables(tmp_path: Path) -> None:
+    quiet, default = tmp_path / "quiet", tmp_path / "default"
+    for where, profile in ((quiet, "quiet"), (default, "default")):
+        where.mkdir()
+        assert launch(where, f"--debug-profile={profile}", worker("dump_env.py")).returncode == 0
+    q = json.loads((quiet / "pids" / "env0.json").read_text())["env"]
+    d = json.loads((default / "pids" / "env0.json").read_text())["env"]
+    assert set(d) - set(q) == {
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_FILE",
+        "TORCH_FR_BUFFER_SIZE",
+        "TORCH_FR_DUMP_TEMP_FILE",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    }
