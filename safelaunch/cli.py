@@ -194,7 +194,8 @@ def _with_options(function: Callable[..., Any]) -> Callable[..., Any]:
         "allow_interspersed_args": False,
         "max_content_width": 100,
     },
-    epilog="Explain an earlier run's logs: safelaunch explain PATH|-. Exit codes: "
+    epilog="Check this machine: safelaunch doctor [--json]. "
+    "Explain an earlier run's logs: safelaunch explain PATH|-. Exit codes: "
     "docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
 )
 @_with_options
@@ -246,9 +247,32 @@ def explain_command(where: str, signatures: str | None) -> None:
     console.emit((text + "\n").encode())
 
 
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "nproc",
+    type=int,
+    default=None,
+    help="Ranks to check the GPU mapping for [default: one per visible GPU].",
+)
+@click.option("--master-addr", "--master_addr", "master_addr", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def doctor_command(nproc: int | None, master_addr: str | None, as_json: bool) -> None:
+    """Run every preflight check without launching: GPUs and their mapping, torch / CUDA /
+    NCCL, /dev/shm, limits, interfaces, addresses. Exit 78 when a check fails."""
+    from safelaunch.doctor import doctor
+
+    text, code = doctor(nproc, master_addr, as_json)
+    Console().emit((text + "\n").encode())
+    sys.exit(code)
+
+
 def main() -> None:
-    """Console-script entry point: `safelaunch explain ...`, else a launch."""
+    """Console-script entry point: `safelaunch explain|doctor ...`, else a launch."""
     # A subcommand word only where a script name would stand: ./explain still launches.
     if sys.argv[1:2] == ["explain"]:
         explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
+    if sys.argv[1:2] == ["doctor"]:
+        doctor_command(args=sys.argv[2:], prog_name="safelaunch doctor")
     command(prog_name="safelaunch")

@@ -12,6 +12,7 @@ from safelaunch.errors import PreflightError
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
+from safelaunch.preflight.probe import probe_torch, torch_findings
 from safelaunch.preflight.system import ERROR, WARNING, Finding, system_findings
 from safelaunch.preflight.visible import parse_visible
 
@@ -91,6 +92,9 @@ def findings_of(
     findings = [Finding(level=ERROR, code="gpu", message=m, fix=f) for m, f in gpus.errors]
     findings += [Finding(level=WARNING, code="gpu", message=m) for m in gpus.warnings]
     findings += system_findings(config.environ, config.master_addr or DEFAULT_MASTER_ADDR)
+    if gpus.visible.devices:  # what the probe compares only matters with GPUs (doctor: always)
+        facts = probe_torch()
+        findings += torch_findings(facts, len(gpus.visible.devices), inventory.cuda_driver_version)
     return gpus.lines, findings
 
 
