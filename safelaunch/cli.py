@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -218,6 +217,8 @@ def command(**raw: Any) -> None:
         console.say("interrupted before any rank started")
         code = exitcodes.for_signal(2)
     except Exception:
+        import traceback  # only on this path: a bug in safelaunch
+
         console.say(traceback.format_exc().rstrip(), "plain")
         console.say("internal error: this is a bug in safelaunch; please report it", "error")
         code = exitcodes.INTERNAL

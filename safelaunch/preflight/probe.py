@@ -8,8 +8,6 @@ torch is only located here (importlib's find_spec), never imported.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -62,6 +60,10 @@ class TorchFacts:
 
 
 def _cache_key(python: str) -> str | None:
+    # imported here: launches without GPUs never probe, and hashlib loads OpenSSL
+    import hashlib
+    import importlib.util
+
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
         return None
