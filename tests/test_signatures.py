@@ -139,6 +139,7 @@ def test_shutdown_crash_after_the_work_vs_after_a_python_error(tmp_path: Path) -
     diagnosis = diagnose(_outcome(tmp_path, [aborted]))
     assert diagnosis.signature is not None and diagnosis.signature.id == "shutdown-crash"
     assert "not a training failure" in render_summary(_outcome(tmp_path, [aborted]), diagnosis)
+    assert not diagnosis.crashed_at_exit  # faulthandler's "Fatal Python error" is the crash itself
 
     log.write_text(
         "[rank1]: Traceback (most recent call last):\n"

@@ -27,10 +27,14 @@ HARNESS = {"PIDS_DIR", "SAFELAUNCH_TEST_MARK", "SAFELAUNCH_COLOR"}  # set by thi
 @pytest.mark.slow
 def test_toy_ddp_trains_on_gloo(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc_per_node=2", EXAMPLE, "--steps", "6", timeout=120)
-    assert run.returncode == 0, run.stderr
     for rank in (0, 1):
         lines = console_lines(run.stdout, rank)
         assert any(line.startswith("step   5 loss") and "world size 2" in line for line in lines)
+    if run.returncode != 0:
+        # torch's Gloo teardown race (rare with the example's cleanup, measured ~1 in 80 here):
+        # after all the work, a rank aborts at exit; safelaunch must say exactly that
+        assert run.returncode == 134, run.stderr
+        assert "(shutdown-crash)" in run.stderr and "not a training failure" in run.stderr
 
 
 @pytest.mark.slow

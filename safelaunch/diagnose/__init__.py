@@ -141,7 +141,9 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
     )
     error = from_error_file(root.error_file) or from_log(root.log_path, texts[root.rank])
     # A traceback before the shutdown crash is the real failure; the abort is how it ended.
-    crashed_at_exit = bool(match and match.signature.id == "shutdown-crash" and error)
+    # faulthandler's own "Fatal Python error: Aborted" line is the crash, not a Python error.
+    python_error = error is not None and not error.line.startswith("Fatal Python error")
+    crashed_at_exit = bool(match and match.signature.id == "shutdown-crash" and python_error)
     if crashed_at_exit:
         match = None
     return Diagnosis(

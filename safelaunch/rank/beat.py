@@ -13,6 +13,7 @@ NCCL, whose waits spin in a CUDA synchronisation and burn CPU while hung.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -41,12 +42,16 @@ class Beater(threading.Thread):
         self._since = time.time()
         self._cpu_clock = _thread_cpu_clock(main_ident)
         self._last_cpu: tuple[float, float] | None = None  # (wall, main-thread CPU seconds)
+        self._stopped = threading.Event()
 
     def run(self) -> None:
-        while True:
+        while not self._stopped.wait(self._interval):
             with contextlib.suppress(Exception):  # never let the heartbeat take the rank down
                 self.beat()
-            time.sleep(self._interval)
+
+    def stop(self) -> None:
+        """No more samples: called at exit, before torch tears its modules down."""
+        self._stopped.set()
 
     def beat(self) -> None:
         """Sample once and write the record."""
@@ -141,6 +146,9 @@ def start(rank: str, directory: str, interval: float) -> Beater:
     beater = Beater(os.path.join(directory, f"rank{rank}.json"), interval, threading.get_ident())
     beater.beat()  # a record exists before the user's code starts
     beater.start()
+    # A daemon thread calling into torch.distributed during interpreter shutdown could
+    # touch a process group being destroyed: stop sampling first.
+    atexit.register(beater.stop)
     _active = beater
     return beater
 
