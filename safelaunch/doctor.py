@@ -40,7 +40,7 @@ def examine(nproc: int | None, master_addr: str | None) -> dict[str, Any]:
     findings += [Finding(level=ERROR, code="gpu", message=m, fix=f) for m, f in gpus.errors]
     findings += [Finding(level=WARNING, code="gpu", message=m) for m in gpus.warnings]
     findings += torch_findings(facts, len(visible), inventory.cuda_driver_version)
-    findings += system_findings(environ, master_addr or DEFAULT_MASTER_ADDR)
+    findings += system_findings(environ, master_addr or DEFAULT_MASTER_ADDR, len(visible))
     return {
         "safelaunch": __version__,
         "python": sys.version.split()[0],

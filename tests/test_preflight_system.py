@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import socket
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from safelaunch.preflight.system import (
     address_finding,
     interface_findings,
     limits_finding,
+    memlock_finding,
     nested_finding,
     shm_finding,
 )
@@ -32,9 +34,12 @@ def test_shm(size: int | None, level: str) -> None:
     assert shm_finding(size).level == level
 
 
-def test_open_files_limit() -> None:
+def test_open_files_and_locked_memory_limits() -> None:
     assert limits_finding(1024).level == WARNING
     assert limits_finding(1 << 20).level == OK
+    assert memlock_finding(8 << 20, gpus=8).level == WARNING  # RDMA would fail to pin
+    assert memlock_finding(8 << 20, gpus=0).level == OK  # no GPUs: nothing to pin
+    assert memlock_finding(resource.RLIM_INFINITY, gpus=8).level == OK
 
 
 @pytest.mark.parametrize(
@@ -85,6 +90,13 @@ def test_an_error_stops_before_anything_starts(tmp_path: Path) -> None:
     result = _launch(tmp_path, env={"GLOO_SOCKET_IFNAME": "nosuchif0"})
     assert result.returncode == exitcodes.PREFLIGHT
     assert result.stderr.count("\n") == 1 and "matches no interface" in result.stderr
+    assert not list((tmp_path / "pids").iterdir())
+
+
+def test_unresolvable_master_addr_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    result = _launch(tmp_path, "--master-addr=no-such-host.invalid", env={})
+    assert result.returncode == exitcodes.PREFLIGHT
+    assert result.stderr.count("\n") == 1 and "does not resolve" in result.stderr
     assert not list((tmp_path / "pids").iterdir())
 
 

@@ -91,7 +91,8 @@ def findings_of(
     gpus = plan_gpus(inventory, config.environ, nproc)
     findings = [Finding(level=ERROR, code="gpu", message=m, fix=f) for m, f in gpus.errors]
     findings += [Finding(level=WARNING, code="gpu", message=m) for m in gpus.warnings]
-    findings += system_findings(config.environ, config.master_addr or DEFAULT_MASTER_ADDR)
+    addr = config.master_addr or DEFAULT_MASTER_ADDR
+    findings += system_findings(config.environ, addr, len(gpus.visible.devices))
     if gpus.visible.devices:  # what the probe compares only matters with GPUs (doctor: always)
         facts = probe_torch()
         findings += torch_findings(facts, len(gpus.visible.devices), inventory.cuda_driver_version)

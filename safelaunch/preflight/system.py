@@ -15,6 +15,7 @@ from dataclasses import dataclass
 OK, WARNING, ERROR = "ok", "warning", "error"
 SHM_MIN = 1 << 30  # below this DataLoader workers die with "Bus error" on real batches
 NOFILE_MIN = 4096  # sockets per peer, DataLoader pipes and files add up per rank
+MEMLOCK_MIN = 64 << 20  # RDMA (InfiniBand, GPUDirect) registers memory it must pin
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -68,6 +69,19 @@ def limits_finding(nofile_soft: int) -> Finding:
             fix=f"ulimit -n {NOFILE_MIN * 16} (or raise nofile in /etc/security/limits.conf)",
         )
     return Finding(level=OK, code="nofile", message=f"open-files limit {nofile_soft}")
+
+
+def memlock_finding(memlock_soft: int, gpus: int) -> Finding:
+    """Locked-memory limit: matters for NCCL over InfiniBand / RDMA, so only with GPUs."""
+    if gpus and memlock_soft != resource.RLIM_INFINITY and memlock_soft < MEMLOCK_MIN:
+        return Finding(
+            level=WARNING,
+            code="memlock-low",
+            message=f"locked-memory limit is {memlock_soft >> 10} KiB: NCCL over InfiniBand/RDMA "
+            "can fail to register memory",
+            fix="ulimit -l unlimited (docker: --ulimit memlock=-1; SLURM: PropagateResourceLimits)",
+        )
+    return Finding(level=OK, code="memlock", message="locked-memory limit is enough")
 
 
 def interface_findings(environ: Mapping[str, str], interfaces: Sequence[str]) -> list[Finding]:
@@ -134,12 +148,13 @@ def address_finding(address: str) -> Finding:
     return Finding(level=OK, code="master-addr", message=f"MASTER_ADDR {address} resolves")
 
 
-def system_findings(environ: Mapping[str, str], master_addr: str) -> list[Finding]:
+def system_findings(environ: Mapping[str, str], master_addr: str, gpus: int = 0) -> list[Finding]:
     """Every system check, read for real."""
     interfaces = [name for _, name in socket.if_nameindex()]
     findings = [
         shm_finding(read_shm_size()),
         limits_finding(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
+        memlock_finding(resource.getrlimit(resource.RLIMIT_MEMLOCK)[0], gpus),
         *interface_findings(environ, interfaces),
         address_finding(master_addr),
     ]
