@@ -20,7 +20,7 @@ from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.diagnose import diagnose, signatures
 from safelaunch.diagnose.signatures import Signature
-from safelaunch.outcome import Outcome, outcome_of
+from safelaunch.outcome import Outcome, outcome_of, signal_name
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
 from safelaunch.report import exit_code, render_summary, report_record, shown_path, write_report
@@ -64,9 +64,7 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
     lines = [
         f"{preflight.nproc} rank(s) ({preflight.nproc_reason}), "
         f"MASTER_ADDR={preflight.master_addr} MASTER_PORT={preflight.master_port.port}",
-        f"logs: {shown_path(plan.attempt_dir)}/rank{{0..{last}}}.log"
-        if last
-        else f"logs: {shown_path(plan.attempt_dir)}/rank0.log",
+        f"logs: {where}/rank{{0..{last}}}.log" if last else f"logs: {where}/rank0.log",
     ]
     lines.extend(preflight.gpu_lines)
     if plan.env_choices:
@@ -87,15 +85,17 @@ def run(config: LaunchConfig, console: Console) -> int:
     preflight = run_preflight(config)
     identity = new_run(config)
     receiver = SignalReceiver(config.signals_to_handle)
-    become_subreaper()
-    keeper = Keeper.start(identity.token)  # before any thread exists
-    receiver.install()
+    keeper: Keeper | None = None
     try:
+        become_subreaper()
+        keeper = Keeper.start(identity.token)  # before any thread exists
+        receiver.install()
         point_latest(config.log_dir, identity.run_id)
         return _attempts(config, preflight, identity, receiver, console, keeper.pid, table)
     finally:
         receiver.restore()
-        keeper.stop()
+        if keeper is not None:
+            keeper.stop()
         preflight.master_port.release()
         shutil.rmtree(identity.private_dir, ignore_errors=True)
 
@@ -125,7 +125,7 @@ def _attempts(
             return code
         late = receiver.take()
         if late:  # a signal between attempts: do not start another
-            console.say(f"received signal {late[0]} before the restart: stopping")
+            console.say(f"received {signal_name(late[0])} before the restart: stopping")
             return exitcodes.for_signal(late[0])
     raise AssertionError("unreachable: the last attempt always returns")
 

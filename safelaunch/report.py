@@ -100,9 +100,9 @@ def exit_code(outcome: Outcome, diagnosis: Diagnosis) -> int:
     return outcome.exit_code
 
 
-def _failure_lines(outcome: Outcome, diagnosis: Diagnosis, attempt: str) -> list[str]:
-    cause = diagnosis.root_cause
-    assert cause is not None  # only called for failures
+def _failure_lines(
+    outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str
+) -> list[str]:
     lines = [
         f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} after {cause.ended_after:.1f} s"
     ]
@@ -155,7 +155,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if outcome.status == HUNG and diagnosis.hang is not None:
         return render_hang(outcome, diagnosis.hang, logs, attempt)
     if outcome.status == FAILED and diagnosis.root_cause is not None:
-        lines = _failure_lines(outcome, diagnosis, attempt)
+        lines = _failure_lines(outcome, diagnosis, diagnosis.root_cause, attempt)
         lines.extend(notes)
         code = exit_code(outcome, diagnosis)
         lines.append(
