@@ -89,6 +89,21 @@ def launch(
     return result
 
 
+def cli(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run safelaunch (logs under tmp_path/logs) and capture its text output; no orphan check."""
+    run_env, _ = marked_env(tmp_path, env)
+    return subprocess.run(
+        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args),
+        cwd=tmp_path,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def marked_processes(mark: str) -> set[int]:
     """Live (non-zombie) processes whose environment carries the test's mark."""
     needle = f"{MARK_VAR}={mark}".encode()

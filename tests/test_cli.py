@@ -7,21 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import marked_env, safelaunch_cmd, worker
+from conftest import cli, safelaunch_cmd, worker
 
 from safelaunch import exitcodes
-
-
-def _cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
-    run_env, _ = marked_env(tmp_path, env)
-    return subprocess.run(
-        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args),
-        cwd=tmp_path,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 def _nothing_started(tmp_path: Path) -> bool:
@@ -51,7 +39,7 @@ def _nothing_started(tmp_path: Path) -> bool:
     ],
 )
 def test_bad_flags(tmp_path: Path, args: list[str], code: int, needle: str) -> None:
-    result = _cli(tmp_path, *args, worker("dump_env.py"))
+    result = cli(tmp_path, *args, worker("dump_env.py"))
     assert result.returncode == code, result.stderr
     assert needle in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -59,13 +47,13 @@ def test_bad_flags(tmp_path: Path, args: list[str], code: int, needle: str) -> N
 
 
 def test_mistyped_flag_gets_a_hint(tmp_path: Path) -> None:
-    result = _cli(tmp_path, "--nproc_per_nod=2", worker("dump_env.py"))
+    result = cli(tmp_path, "--nproc_per_nod=2", worker("dump_env.py"))
     assert result.returncode == exitcodes.USAGE
     assert "Did you mean" in result.stderr and "'--nproc_per_node'" in result.stderr
 
 
 def test_error_is_one_line_with_the_fix(tmp_path: Path) -> None:
-    result = _cli(tmp_path, "missing_script.py")
+    result = cli(tmp_path, "missing_script.py")
     assert result.returncode == exitcodes.PREFLIGHT
     lines = result.stderr.strip().splitlines()
     assert lines == [
@@ -76,13 +64,13 @@ def test_error_is_one_line_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_no_python_needs_an_executable(tmp_path: Path) -> None:
-    result = _cli(tmp_path, "--no-python", "./no-such-tool")
+    result = cli(tmp_path, "--no-python", "./no-such-tool")
     assert result.returncode == exitcodes.PREFLIGHT
     assert "is not an executable file or a command on PATH" in result.stderr
 
 
 def test_gpu_count_without_gpu_is_a_preflight_error(tmp_path: Path) -> None:
-    result = _cli(
+    result = cli(
         tmp_path, "--nproc-per-node=gpu", worker("dump_env.py"), env={"CUDA_VISIBLE_DEVICES": ""}
     )
     assert result.returncode == exitcodes.PREFLIGHT
@@ -91,7 +79,7 @@ def test_gpu_count_without_gpu_is_a_preflight_error(tmp_path: Path) -> None:
 
 
 def test_cpu_and_auto_resolve_without_gpu(tmp_path: Path) -> None:
-    result = _cli(
+    result = cli(
         tmp_path, "--nproc-per-node=auto", worker("dump_env.py"), env={"CUDA_VISIBLE_DEVICES": ""}
     )
     assert result.returncode == 0, result.stderr
@@ -103,14 +91,14 @@ def test_explicit_master_port_in_use(tmp_path: Path) -> None:
         busy.bind(("", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = _cli(tmp_path, f"--master-port={port}", worker("dump_env.py"))
+        result = cli(tmp_path, f"--master-port={port}", worker("dump_env.py"))
     assert result.returncode == exitcodes.PREFLIGHT
     assert f"port {port} is already in use" in result.stderr
     assert _nothing_started(tmp_path)
 
 
 def test_not_yet_meaningful_flags_are_said_not_ignored(tmp_path: Path) -> None:
-    result = _cli(
+    result = cli(
         tmp_path,
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=localhost:29400",
@@ -146,20 +134,20 @@ def test_every_torchrun_flag_is_accepted(torchrun: str) -> None:
 
 @pytest.mark.parametrize("profile", sorted(Path(__file__).parents[1].glob("configs/*.toml")))
 def test_shipped_configs_load_and_launch(tmp_path: Path, profile: Path) -> None:
-    result = _cli(tmp_path, "--config", str(profile), worker("dump_env.py"))
+    result = cli(tmp_path, "--config", str(profile), worker("dump_env.py"))
     assert result.returncode == 0, result.stderr
 
 
 def test_config_file_sets_options_and_the_command_line_wins(tmp_path: Path) -> None:
     config = tmp_path / "job.toml"
     config.write_text('nproc-per-node = "3"\ndebug_profile = "quiet"\n')
-    result = _cli(tmp_path, "--config", str(config), worker("dump_env.py"))
+    result = cli(tmp_path, "--config", str(config), worker("dump_env.py"))
     assert result.returncode == 0 and "3 rank(s)" in result.stderr
     assert "(quiet profile" in result.stderr
-    result = _cli(tmp_path, "--config", str(config), "--nproc-per-node=1", worker("dump_env.py"))
+    result = cli(tmp_path, "--config", str(config), "--nproc-per-node=1", worker("dump_env.py"))
     assert "1 rank(s)" in result.stderr
     config.write_text("nproc = 3\n")
-    result = _cli(tmp_path, "--config", str(config), worker("dump_env.py"))
+    result = cli(tmp_path, "--config", str(config), worker("dump_env.py"))
     assert (
         result.returncode == exitcodes.USAGE and "'nproc' is not a launch option" in result.stderr
     )

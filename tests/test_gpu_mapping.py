@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import marked_env, safelaunch_cmd, worker
+from conftest import cli, worker
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -105,18 +104,8 @@ def test_no_driver_is_said_plainly_on_this_machine() -> None:
 
 
 def _launch(tmp_path: Path, inventory_name: str, *args: str, env=None):
-    run_env, _ = marked_env(
-        tmp_path,
-        {"SAFELAUNCH_GPU_INVENTORY": str(INVENTORIES / f"{inventory_name}.json"), **(env or {})},
-    )
-    return subprocess.run(
-        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args, worker("dump_env.py")),
-        cwd=tmp_path,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    recorded = {"SAFELAUNCH_GPU_INVENTORY": str(INVENTORIES / f"{inventory_name}.json")}
+    return cli(tmp_path, *args, worker("dump_env.py"), env={**recorded, **(env or {})})
 
 
 def test_nproc_gpu_resolves_to_the_visible_gpus_and_the_mapping_is_printed(tmp_path: Path) -> None:

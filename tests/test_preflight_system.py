@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import resource
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import marked_env, safelaunch_cmd, worker
+from conftest import cli, worker
 
 from safelaunch import exitcodes
 from safelaunch.preflight.system import (
@@ -74,16 +73,8 @@ def test_nested_launch() -> None:
     assert finding is not None and "RANK, MASTER_PORT" in finding.message
 
 
-def _launch(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    run_env, _ = marked_env(tmp_path, env)
-    return subprocess.run(
-        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args, worker("dump_env.py")),
-        cwd=tmp_path,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def _launch(tmp_path: Path, *args: str, env: dict[str, str]):
+    return cli(tmp_path, *args, worker("dump_env.py"), env=env)
 
 
 def test_an_error_stops_before_anything_starts(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from conftest import cli, launch, worker
 
 from safelaunch.diagnose import diagnose
 from safelaunch.diagnose.match import cause, matches, non_finite_loss
@@ -165,8 +166,6 @@ next_steps = ["re-run the export job for that shard"]
 
 
 def test_user_signatures_are_matched_first(tmp_path: Path) -> None:
-    from conftest import launch
-
     (tmp_path / "sigs.toml").write_text(USER_SIGNATURES)
     script = tmp_path / "shard.py"
     script.write_text(
@@ -190,25 +189,8 @@ def test_user_signatures_are_matched_first(tmp_path: Path) -> None:
 def test_bad_signature_files_stop_before_anything_starts(
     tmp_path: Path, content: str, needle: str
 ) -> None:
-    import subprocess
-
-    from conftest import marked_env, safelaunch_cmd, worker
-
     (tmp_path / "sigs.toml").write_text(content)
-    env, _ = marked_env(tmp_path)
-    result = subprocess.run(
-        safelaunch_cmd(
-            "--log-dir",
-            str(tmp_path / "logs"),
-            "--signatures",
-            str(tmp_path / "sigs.toml"),
-            worker("dump_env.py"),
-        ),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = cli(tmp_path, "--signatures", str(tmp_path / "sigs.toml"), worker("dump_env.py"))
     assert result.returncode == 2
     assert needle in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "logs").exists() and not list((tmp_path / "pids").iterdir())
