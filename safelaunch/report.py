@@ -32,16 +32,17 @@ def _rank_state(result: RankResult) -> str:
     return result.how_it_ended()
 
 
+def _ranks_label(ranks: list[int]) -> str:
+    """`rank 3`, or `ranks 0,2-5`."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
+
+
 def _group_lines(ranks: list[RankResult]) -> list[str]:
     """One line per rank, ranks with the same ending folded into one line."""
     groups: dict[str, list[int]] = {}
     for result in ranks:
         groups.setdefault(_rank_state(result), []).append(result.rank)
-    lines = []
-    for state, members in groups.items():
-        label = f"rank {members[0]}" if len(members) == 1 else f"ranks {_ranges(members)}"
-        lines.append(f"  {label}: {state}")
-    return lines
+    return [f"  {_ranks_label(members)}: {state}" for state, members in groups.items()]
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -57,9 +58,7 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
-    label = (
-        f"rank {group.ranks[0]}" if len(group.ranks) == 1 else f"ranks {_ranges(list(group.ranks))}"
-    )
+    label = _ranks_label(list(group.ranks))
     one = len(group.ranks) == 1
     verb = ("waits in" if one else "wait in") if group.waiting else ("is in" if one else "are in")
     details = [group.location] if group.location else []

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
 from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
@@ -21,8 +22,6 @@ from safelaunch.outcome import FAILED, Outcome, RankResult
 
 LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
-_RANK_MARKER = re.compile(r"^\[rank\d+\]:\s?")
-_LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,18 +48,9 @@ class Diagnosis:
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
 
 
-def user_location(frames: list[tuple[str, str, str]]) -> str | None:
-    """Innermost frame outside installed libraries as `path:line in func`."""
-    if not frames:
-        return None
-    own = [f for f in frames if not any(part in f[0] for part in _LIBRARY_PARTS)]
-    path, line, func = (own or frames)[-1]
-    return f"{path}:{line} in {func}"
-
-
 def parse_traceback(text: str) -> tuple[str, str | None] | None:
     """(exception line, user location) of the last traceback in `text`."""
-    lines = [_RANK_MARKER.sub("", line) for line in text.splitlines()]
+    lines = [RANK_MARKER.sub("", line) for line in text.splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
     if not starts:
         return None
@@ -70,7 +60,7 @@ def parse_traceback(text: str) -> tuple[str, str | None] | None:
         if match:
             frames.append((match["path"], match["line"], match["func"]))
         elif line and not line[0].isspace():
-            return line.strip(), user_location(frames)
+            return line.strip(), user_frame(frames[::-1], fallback=True)
     return None
 
 

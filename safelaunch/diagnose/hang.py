@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safelaunch.diagnose.frames import user_frame
 from safelaunch.outcome import Outcome
 from safelaunch.supervisor import Beat, HangEvidence
 from safelaunch.supervisor.hang import is_stale
 
 _DISTRIBUTED = "torch/distributed/"
-_LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
 _DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 _BOOTSTRAP = "safelaunch/rank/bootstrap.py"
 
@@ -71,13 +70,6 @@ def _read_dump(path: Path | None) -> Frames:
         return ()
 
 
-def _user_frame(frames: Sequence[tuple[str, int, str]]) -> str | None:
-    for path, line, function in frames:
-        if not any(part in path for part in _LIBRARY_PARTS) and "safelaunch/rank/" not in path:
-            return f"{path}:{line} in {function}"
-    return None
-
-
 def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool) -> str | None:
     if state == "T":
         return "stopped (process state T: SIGSTOP or a debugger; place from its last heartbeat)"
@@ -108,7 +100,9 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
             frames[0][2] if frames else "an unknown place (no Python stack; judged by output)"
         )
         waiting = bool(frames) and _DISTRIBUTED in frames[0][0]
-        key = (activity, _user_frame(frames), waiting, frozen)
+        # the bootstrap's frames (and its `python -c` string) are not the user's either
+        location = user_frame(frames, also_skip=("<string>", "safelaunch/rank/"))
+        key = (activity, location, waiting, frozen)
         keyed.setdefault(key, []).append((progress.rank, beat.seq if beat else None))
     groups = [
         Whereabouts(

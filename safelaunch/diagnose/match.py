@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
+from safelaunch.diagnose.frames import RANK_MARKER
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 
-_RANK_MARKER = re.compile(r"^\[rank\d+\]:\s?")
 # A loss printed as nan/inf, even when nothing raised ("loss nan", "loss=inf", "'loss': nan").
 _NON_FINITE_LOSS = re.compile(r"loss\W{0,4}(-?nan|-?inf)\b", re.IGNORECASE)
 
@@ -30,7 +30,7 @@ def _compiled(signature: Signature) -> tuple[re.Pattern[str], ...]:
 def _line_at(text: str, position: int) -> str:
     start = text.rfind("\n", 0, position) + 1
     end = text.find("\n", position)
-    return _RANK_MARKER.sub("", text[start : end if end >= 0 else len(text)]).strip()
+    return RANK_MARKER.sub("", text[start : end if end >= 0 else len(text)]).strip()
 
 
 def matches(text: str, signum: int | None, table: Sequence[Signature] = SIGNATURES) -> list[Match]:

@@ -1,0 +1,29 @@
+"""Shared reading of stack frames: torch's rank marker, and the user's own innermost frame."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+RANK_MARKER = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix after init_process_group
+LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen")
+
+
+def user_frame(
+    innermost_first: Sequence[tuple[str, object, str]],
+    *,
+    also_skip: tuple[str, ...] = (),
+    fallback: bool = False,
+) -> str | None:
+    """The innermost frame outside installed libraries as `path:line in func`.
+
+    With `fallback`, the innermost frame when none is the user's; else None.
+    """
+    skip = LIBRARY_PARTS + also_skip
+    for path, line, function in innermost_first:
+        if not any(part in path for part in skip):
+            return f"{path}:{line} in {function}"
+    if fallback and innermost_first:
+        path, line, function = innermost_first[0]
+        return f"{path}:{line} in {function}"
+    return None
