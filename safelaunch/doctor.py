@@ -15,6 +15,7 @@ from safelaunch.preflight.inventory import read_inventory, to_json
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.probe import probe_torch, torch_findings
 from safelaunch.preflight.system import ERROR, OK, WARNING, Finding, system_findings
+from safelaunch.preflight.visible import parse_visible
 
 
 def examine(nproc: int | None, master_addr: str | None) -> dict[str, Any]:
@@ -22,7 +23,7 @@ def examine(nproc: int | None, master_addr: str | None) -> dict[str, Any]:
     environ = dict(os.environ)
     inventory = read_inventory(environ)
     facts = probe_torch()
-    visible = plan_gpus(inventory, environ, 1).visible.devices
+    visible = parse_visible(environ.get("CUDA_VISIBLE_DEVICES"), inventory.gpus).devices
     ranks = nproc or max(1, len(visible))
     gpus = plan_gpus(inventory, environ, ranks)
     findings: list[Finding] = []
