@@ -170,6 +170,35 @@ _OPTIONS = [
         help="TOML file of your own failure signatures, matched before the built-in ones.",
     ),
     _own(
+        "--isolate",
+        type=click.Choice(["auto", "always", "never"]),
+        default="auto",
+        envvar="SAFELAUNCH_ISOLATE",
+        help="After a failure or hang, rerun the job on Gloo to tell the communication layer "
+        "from the program (auto: when the diagnosis says it can help).",
+    ),
+    _own(
+        "--isolate-timeout",
+        type=float,
+        default=600.0,
+        envvar="SAFELAUNCH_ISOLATE_TIMEOUT",
+        help="Cap, in seconds, on each isolation rerun (it stops sooner once past the "
+        "point where the job failed).",
+    ),
+    _own(
+        "--isolate-single",
+        is_flag=True,
+        envvar="SAFELAUNCH_ISOLATE_SINGLE",
+        help="Also rerun with one rank: a distributed fault or a single-process one?",
+    ),
+    _own(
+        "--isolate-nccl",
+        is_flag=True,
+        envvar="SAFELAUNCH_ISOLATE_NCCL",
+        help="Also rerun with NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE=1 in turn: "
+        "which transport makes the failure go away?",
+    ),
+    _own(
         "--color",
         type=click.Choice(["auto", "always", "never"]),
         default="auto",

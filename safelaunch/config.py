@@ -85,6 +85,10 @@ class LaunchConfig:
     debug_profile: str = "default"  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too
     preflight: bool = True  # False: only what must be resolved (rank count, port)
+    isolate: str = "auto"  # the Gloo rerun after a failure: auto | always | never
+    isolate_timeout: float = 600.0  # cap on each isolation rerun, seconds
+    isolate_single: bool = False  # also rerun with one rank
+    isolate_nccl: bool = False  # also rerun with each NCCL transport disabled in turn
     # The launcher's environment when it started: the base of every rank's env.
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Flags accepted but without effect here, said once at start.
@@ -106,6 +110,11 @@ class LaunchConfig:
             raise ConfigError(
                 f"--hang-timeout={self.hang_timeout} is negative",
                 "use seconds, or 0 to turn it off",
+            )
+        if self.isolate_timeout <= 0:
+            raise ConfigError(
+                f"--isolate-timeout={self.isolate_timeout} must be positive",
+                "use seconds; --isolate never turns the rerun off",
             )
         if self.shutdown_timeout < 0:
             raise ConfigError(
@@ -296,6 +305,10 @@ def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchCo
         debug_profile=raw.get("debug_profile", "default"),
         strict=raw.get("strict", False),
         preflight=not raw.get("no_preflight", False),
+        isolate=raw.get("isolate", "auto"),
+        isolate_timeout=raw.get("isolate_timeout", 600.0),
+        isolate_single=raw.get("isolate_single", False),
+        isolate_nccl=raw.get("isolate_nccl", False),
         environ=MappingProxyType(dict(environ)),
         notices=notices,
     )

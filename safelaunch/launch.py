@@ -12,18 +12,40 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import diagnose, signatures
+from safelaunch.diagnose import Diagnosis, diagnose, signatures
+from safelaunch.diagnose.isolation import (
+    CommUse,
+    Verdict,
+    failure_point,
+    gloo_rerun,
+    gloo_verdict,
+    read_comm,
+    should_isolate,
+    single_rerun,
+    single_verdict,
+    transport_reruns,
+    transport_verdict,
+)
 from safelaunch.diagnose.signatures import Signature
-from safelaunch.outcome import Outcome, outcome_of, signal_name
-from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
+from safelaunch.outcome import INTERRUPTED, Outcome, outcome_of, signal_name
+from safelaunch.plan import LaunchPlan, Rerun, RunIdentity, Timebox, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
-from safelaunch.report import exit_code, render_summary, report_record, shown_path, write_report
+from safelaunch.report import (
+    exit_code,
+    isolation_record,
+    render_summary,
+    render_verdict,
+    report_record,
+    shown_path,
+    write_report,
+)
 from safelaunch.supervisor import (
     AttemptRecord,
     Keeper,
@@ -32,6 +54,29 @@ from safelaunch.supervisor import (
     open_attempt_logs,
     supervise,
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Concluded:
+    """An attempt judged: its outcome, diagnosis, report.json content and exit code."""
+
+    outcome: Outcome
+    diagnosis: Diagnosis
+    report: dict[str, Any]
+    code: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Session:
+    """What every attempt and rerun of one run shares."""
+
+    config: LaunchConfig
+    preflight: PreflightReport
+    identity: RunIdentity
+    receiver: SignalReceiver
+    console: Console
+    keeper_pid: int
+    table: Sequence[Signature]
 
 
 def new_run(config: LaunchConfig) -> RunIdentity:
@@ -91,7 +136,16 @@ def run(config: LaunchConfig, console: Console) -> int:
         keeper = Keeper.start(identity.token)  # before any thread exists
         receiver.install()
         point_latest(config.log_dir, identity.run_id)
-        return _attempts(config, preflight, identity, receiver, console, keeper.pid, table)
+        session = Session(
+            config=config,
+            preflight=preflight,
+            identity=identity,
+            receiver=receiver,
+            console=console,
+            keeper_pid=keeper.pid,
+            table=table,
+        )
+        return _attempts(session)
     finally:
         receiver.restore()
         if keeper is not None:
@@ -100,29 +154,27 @@ def run(config: LaunchConfig, console: Console) -> int:
         shutil.rmtree(identity.private_dir, ignore_errors=True)
 
 
-def _attempts(
-    config: LaunchConfig,
-    preflight: PreflightReport,
-    identity: RunIdentity,
-    receiver: SignalReceiver,
-    console: Console,
-    keeper_pid: int,
-    table: Sequence[Signature],
-) -> int:
+def _attempts(session: Session) -> int:
+    config, preflight, console = session.config, session.preflight, session.console
+    receiver = session.receiver
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json
     for attempt in range(config.max_restarts + 1):
-        plan = build_plan(config, preflight, identity, attempt)
+        plan = build_plan(config, preflight, session.identity, attempt)
         logs_ok = open_attempt_logs(plan, console)
         console.say(banner(config, preflight, plan))
         if attempt == 0 and preflight.warnings:
             console.say("\n".join(preflight.warnings), "warning")
         try:
-            record = supervise(plan, console, receiver, logs_ok=logs_ok, keeper_pid=keeper_pid)
-            outcome, code = _conclude(record, console, config.max_restarts, table, history)
+            record = supervise(
+                plan, console, receiver, logs_ok=logs_ok, keeper_pid=session.keeper_pid
+            )
+            concluded = _conclude(record, console, config.max_restarts, session.table, history)
         finally:
             console.close_log()
-        if not outcome.retryable or attempt == config.max_restarts:
-            return code
+        if not concluded.outcome.retryable or attempt == config.max_restarts:
+            if concluded.outcome.retryable:
+                _isolate(session, plan, concluded)
+            return concluded.code
         late = receiver.take()
         if late:  # a signal between attempts: do not start another
             console.say(f"received {signal_name(late[0])} before the restart: stopping")
@@ -136,7 +188,7 @@ def _conclude(
     max_restarts: int,
     table: Sequence[Signature],
     history: list[dict[str, Any]],
-) -> tuple[Outcome, int]:
+) -> Concluded:
     """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code."""
     outcome = outcome_of(record)
     diagnosis = diagnose(outcome, table)
@@ -144,4 +196,86 @@ def _conclude(
     report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts, history)
     write_report(outcome.attempt_dir / "report.json", report)
     history.append(report["attempts"][-1])
-    return outcome, exit_code(outcome, diagnosis)
+    return Concluded(
+        outcome=outcome, diagnosis=diagnosis, report=report, code=exit_code(outcome, diagnosis)
+    )
+
+
+def _isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
+    """The reruns after the last attempt failed or hung; their verdicts join its report.
+
+    They never change the exit code: that is the job's. A signal stops them.
+    """
+    config, console = session.config, session.console
+    decision = should_isolate(config.isolate, job.outcome, job.diagnosis)
+    timebox = failure_point(plan, job.outcome, config.isolate_timeout)
+    reruns: list[Rerun] = [gloo_rerun(timebox)] if decision.run else []
+    notes: list[str] = []
+    if config.isolate_single and len(plan.workers) > 1:
+        reruns.append(single_rerun(timebox))
+    if config.isolate_nccl:
+        transports, skipped = transport_reruns(timebox, config.environ)
+        reruns.extend(transports)
+        notes.extend(skipped)
+    if not decision.run:
+        console.say(f"isolation: no Gloo rerun: {decision.reason}")
+    job_comm = read_comm(job.outcome.attempt_dir)
+    verdicts: list[Verdict] = []
+    for rerun in reruns:
+        late = session.receiver.take()
+        if late:
+            notes.append(f"stopped by {signal_name(late[0])} before the rerun {rerun.purpose}")
+            break
+        verdict = _rerun(session, plan, job, rerun, job_comm)
+        verdicts.append(verdict)
+        if verdict.ran.status == INTERRUPTED:
+            notes.append(f"interrupted during the rerun {rerun.purpose}: later reruns skipped")
+            break
+    job.report["isolation"] = isolation_record(decision, verdicts, notes)
+    write_report(job.outcome.attempt_dir / "report.json", job.report)
+
+
+def _rerun(
+    session: Session, plan: LaunchPlan, job: Concluded, rerun: Rerun, job_comm: CommUse
+) -> Verdict:
+    """One isolation rerun, start to verdict, in its own directory with its own report.json."""
+    config, console = session.config, session.console
+    rerun_plan = build_plan(config, session.preflight, session.identity, plan.attempt, rerun)
+    logs_ok = open_attempt_logs(rerun_plan, console)
+    console.say(
+        f"isolation: rerunning the job {rerun.purpose} to tell where the fault is; "
+        f"{_until(rerun.timebox)}; logs: "
+        f"{shown_path(rerun_plan.attempt_dir)}"
+    )
+    try:
+        record = supervise(
+            rerun_plan,
+            console,
+            session.receiver,
+            logs_ok=logs_ok,
+            keeper_pid=session.keeper_pid,
+        )
+        outcome = outcome_of(record)
+        diagnosis = diagnose(outcome, session.table)
+        if rerun.gloo:
+            verdict = gloo_verdict(job.outcome, job.diagnosis, job_comm, rerun, outcome, diagnosis)
+        elif rerun.nproc == 1:
+            verdict = single_verdict(job.outcome, job.diagnosis, rerun, outcome, diagnosis)
+        else:
+            verdict = transport_verdict(rerun, outcome, diagnosis)
+        console.say(render_verdict(verdict))
+        report = report_record(outcome, diagnosis, session.identity.run_id, 0)
+        write_report(outcome.attempt_dir / "report.json", report)
+    finally:
+        console.close_log()
+    return verdict
+
+
+def _until(box: Timebox) -> str:
+    if box.past_step is not None:
+        point = f"it stops once every rank is past step {box.past_step}"
+    elif box.past_seq is not None:
+        point = f"it stops once every rank is past collective #{box.past_seq}"
+    else:
+        point = f"it stops after {box.after_s:g} s without failing"
+    return f"{point} (at most {box.cap_s:g} s)"

@@ -15,6 +15,8 @@ from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 
 SUCCEEDED, FAILED, STOPPED, NOT_STARTED = "succeeded", "failed", "stopped", "not started"
 HUNG, INTERRUPTED = "hung", "interrupted"  # attempt statuses besides succeeded / failed
+# an isolation rerun stopped by its time box: past the job's failure point, or at its cap
+PASSED, TIMEBOXED = "passed", "timeboxed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +58,7 @@ class Outcome:
     """How an attempt ended and the code safelaunch exits with."""
 
     attempt: int
-    status: str  # succeeded | failed | hung | interrupted
+    status: str  # succeeded | failed | hung | interrupted (| passed | timeboxed: reruns)
     ranks: tuple[RankResult, ...]
     first_failure: RankResult | None
     interrupt_signal: int | None
@@ -67,6 +69,7 @@ class Outcome:
     run_dir: Path
     attempt_dir: Path
     hang: HangEvidence | None = None
+    timebox_note: str | None = None  # an isolation rerun: why it was stopped early
 
     @property
     def retryable(self) -> bool:
@@ -116,6 +119,9 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         status, code = INTERRUPTED, exitcodes.for_signal(record.interrupt_signal)
     elif record.teardown_cause == "hang":
         status, code = HUNG, exitcodes.HANG
+    elif record.teardown_cause in ("passed", "timebox") and first is None:
+        status = PASSED if record.teardown_cause == "passed" else TIMEBOXED
+        code = exitcodes.SUCCESS
     elif first is not None:
         status, code = FAILED, first.shell_code
     else:
@@ -133,4 +139,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         run_dir=record.plan.run.run_dir,
         attempt_dir=record.plan.attempt_dir,
         hang=record.hang,
+        timebox_note=record.timebox_note,
     )

@@ -23,6 +23,7 @@ ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
 # Asks a rank's faulthandler for every thread's stack. A real-time signal, because
 # SIGUSR1/2 are often the user's own (SLURM --signal) and would stop doing their job.
 DUMP_SIGNAL = signal.SIGRTMIN + 4
+GLOO_TIMEOUT_FACTOR = 4  # a Gloo rerun's collectives are slower: the user's timeouts stretch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +44,28 @@ class EnvChoice:
     name: str
     value: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timebox:
+    """When an isolation rerun has shown enough: clearly past the point where the job failed."""
+
+    past_step: int | None  # every live rank reported a step beyond this (safelaunch.heartbeat)
+    past_seq: int | None  # else: every live rank issued more collectives than this
+    after_s: float | None  # else, with neither marker known: ran this long
+    cap_s: float  # never longer than this
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rerun:
+    """How an isolation rerun differs from the job as the user launched it."""
+
+    name: str  # its directory in the run: isolate_gloo, isolate_single, isolate_nccl_p2p, ...
+    purpose: str  # for people: "on Gloo", "with one rank", "with NCCL_P2P_DISABLE=1"
+    gloo: bool  # the ranks swap NCCL for Gloo
+    nproc: int | None  # None: as many ranks as the job
+    env: Mapping[str, str]  # variables added for this rerun
+    timebox: Timebox
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +103,7 @@ class LaunchPlan:
     heartbeat_dir: Path
     hang_timeout: float  # 0: off
     heartbeat_interval: float
+    rerun: Rerun | None = None  # an isolation rerun, not an attempt of the job
 
 
 def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
@@ -134,13 +158,15 @@ def rank_env(
     attempt: int,
     local_rank: int,
     error_file: Path,
+    rerun: Rerun | None = None,
 ) -> Mapping[str, str]:
     """The full, frozen environment of one rank."""
-    nproc = preflight.nproc
+    nproc = rerun.nproc if rerun is not None and rerun.nproc else preflight.nproc
     rank = config.node_rank * nproc + local_rank
+    attempt_dir = error_file.parent
     env = dict(base)
     for choice in choices:  # only safelaunch's own values carry placeholders
-        env[choice.name] = choice.value.replace("attempt_{n}", f"attempt_{attempt}").replace(
+        env[choice.name] = choice.value.replace("attempt_{n}", attempt_dir.name).replace(
             "{rank}", str(rank)
         )
     env.update(
@@ -167,7 +193,15 @@ def rank_env(
             ATTEMPT_DIR_VAR: str(error_file.parent),
         }
     )
-    heartbeat_dir = run.private_dir / f"attempt_{attempt}"
+    heartbeat_dir = run.private_dir / attempt_dir.name
+    env[names.COMM_FILE] = str(attempt_dir / f"rank{rank}.comm.json")
+    if rerun is not None:
+        env[names.RERUN] = rerun.name
+        env.update(rerun.env)
+        if rerun.gloo:
+            env[names.FORCE_GLOO] = "1"
+            env[names.TIMEOUT_FACTOR] = str(GLOO_TIMEOUT_FACTOR)
+            env[names.COLLECTIVES_FILE] = str(attempt_dir / f"rank{rank}.collectives.log")
     env[names.LAUNCHER_PID] = str(run.launcher_pid)
     env[names.DUMP_SIGNAL] = str(int(DUMP_SIGNAL))
     env[names.STACKS_FILE] = str(heartbeat_dir / f"rank{rank}.stacks")
@@ -196,17 +230,26 @@ def console_streams(config: LaunchConfig, local_rank: int) -> int:
 
 
 def build_plan(
-    config: LaunchConfig, preflight: PreflightReport, run: RunIdentity, attempt: int
+    config: LaunchConfig,
+    preflight: PreflightReport,
+    run: RunIdentity,
+    attempt: int,
+    rerun: Rerun | None = None,
 ) -> LaunchPlan:
-    """The attempt's plan; pure, so the same inputs give the same plan."""
-    attempt_dir = run.run_dir / f"attempt_{attempt}"
-    heartbeat_dir = run.private_dir / f"attempt_{attempt}"
-    base, choices = shared_env(config, preflight.nproc, run)
+    """The attempt's (or an isolation rerun's) plan; pure, so the same inputs give the same plan.
+
+    A rerun repeats `attempt` (same arguments, same restart count) in its own directory.
+    """
+    name = rerun.name if rerun is not None else f"attempt_{attempt}"
+    attempt_dir = run.run_dir / name
+    heartbeat_dir = run.private_dir / name
+    nproc = rerun.nproc if rerun is not None and rerun.nproc else preflight.nproc
+    base, choices = shared_env(config, nproc, run)
     argv = worker_argv(config)
     bootstrapped = argv[:4] == (sys.executable, "-u", "-c", names.BOOTSTRAP_CODE)
     workers = []
-    for local_rank in range(preflight.nproc):
-        rank = config.node_rank * preflight.nproc + local_rank
+    for local_rank in range(nproc):
+        rank = config.node_rank * nproc + local_rank
         error_file = attempt_dir / f"rank{rank}.error.json"
         workers.append(
             WorkerSpec(
@@ -214,7 +257,7 @@ def build_plan(
                 local_rank=local_rank,
                 argv=argv,
                 env=rank_env(
-                    base, choices, config, preflight, run, attempt, local_rank, error_file
+                    base, choices, config, preflight, run, attempt, local_rank, error_file, rerun
                 ),
                 log_path=attempt_dir / f"rank{rank}.log",
                 error_file=error_file,
@@ -242,4 +285,5 @@ def build_plan(
         heartbeat_dir=heartbeat_dir,
         hang_timeout=config.hang_timeout,
         heartbeat_interval=heartbeat_interval(config.hang_timeout),
+        rerun=rerun,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from safelaunch.diagnose import Diagnosis
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
+from safelaunch.diagnose.isolation import Decision, Verdict
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
 
@@ -254,7 +255,7 @@ def report_record(
             "non_finite_losses": [{"rank": r, "line": line} for r, line in diagnosis.non_finite],
             "isolation_helps": signature.isolation_helps if signature else None,
         },
-        "isolation": None,  # the Gloo rerun (not built yet)
+        "isolation": None,  # filled in by isolation_record once the reruns are done
         "log_problems": list(outcome.log_problems),
     }
 
@@ -268,3 +269,40 @@ def write_report(path: Path, record: dict[str, Any]) -> bool:
     except OSError:
         return False
     return True
+
+
+def render_verdict(verdict: Verdict) -> str:
+    """What one isolation rerun proves, and where its logs are."""
+    lines = [f"ISOLATION {verdict.ran.purpose} ({verdict.ran.duration:.1f} s): {verdict.kind}"]
+    lines.append(f"  {verdict.headline}")
+    lines.extend(f"  {detail}" for detail in verdict.details)
+    lines.extend(f"  next:  {step}" for step in verdict.next_steps[:5])
+    lines.append(f"  logs:  {shown_path(verdict.ran.attempt_dir)}")
+    return "\n".join(lines)
+
+
+def isolation_record(
+    decision: Decision, verdicts: list[Verdict], notes: list[str]
+) -> dict[str, Any]:
+    """report.json's `isolation`: whether the Gloo rerun ran and why, and every rerun's verdict."""
+    return {
+        "gloo_rerun": decision.run,
+        "reason": decision.reason,
+        "reruns": [
+            {
+                "name": v.ran.name,
+                "purpose": v.ran.purpose,
+                "verdict": v.kind,
+                "summary": v.headline,
+                "details": list(v.details),
+                "next_steps": list(v.next_steps),
+                "status": v.ran.status,
+                "duration_s": round(v.ran.duration, 3),
+                "dir": str(v.ran.attempt_dir),
+                "signature": v.signature,
+                "collective_mismatch": v.mismatch,
+            }
+            for v in verdicts
+        ],
+        "notes": notes,
+    }

@@ -52,6 +52,8 @@ def marked_env(
         if not k.startswith(("PET_", "SAFELAUNCH_")) and k not in unset
     }
     env.update({MARK_VAR: mark, "SAFELAUNCH_COLOR": "never", "PIDS_DIR": str(tmp_path / "pids")})
+    # Isolation reruns are tested in test_isolation.py; elsewhere they would only add time.
+    env["SAFELAUNCH_ISOLATE"] = "never"
     (tmp_path / "pids").mkdir(exist_ok=True)
     env.update(extra or {})
     return env, mark

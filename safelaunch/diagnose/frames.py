@@ -6,7 +6,9 @@ import re
 from collections.abc import Sequence
 
 RANK_MARKER = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix after init_process_group
-LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen")
+# Installed libraries, and safelaunch's own in-rank wrappers (an editable install
+# is outside site-packages): never the user's code.
+LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "safelaunch/rank/")
 
 
 def user_frame(

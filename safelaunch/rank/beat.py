@@ -43,6 +43,8 @@ class Beater(threading.Thread):
         self._cpu_clock = _thread_cpu_clock(main_ident)
         self._last_cpu: tuple[float, float] | None = None  # (wall, main-thread CPU seconds)
         self._stopped = threading.Event()
+        self._writing = threading.Lock()
+        self._last_seq: int | None = None
 
     def run(self) -> None:
         while not self._stopped.wait(self._interval):
@@ -50,14 +52,27 @@ class Beater(threading.Thread):
                 self.beat()
 
     def stop(self) -> None:
-        """No more samples: called at exit, before torch tears its modules down."""
+        """No more samples: called at exit, before torch tears its modules down.
+
+        One last record first, from this (the exiting) thread: how far the rank got is
+        exact, not up to an interval old; an isolation rerun is time-boxed against it.
+        """
         self._stopped.set()
+        with contextlib.suppress(Exception):
+            self.beat()
 
     def beat(self) -> None:
         """Sample once and write the record."""
+        with self._writing:
+            self._beat()
+
+    def _beat(self) -> None:
         frame = sys._current_frames().get(self._main_ident)
         frames = _frames(frame)
         seq = collective_sequence()
+        if seq is None:  # after destroy_process_group: keep how far it got
+            seq = self._last_seq
+        self._last_seq = seq
         fingerprint = hash((tuple(frames[:FRAMES_COMPARED]), self.step, seq))
         now = time.time()
         busy = self._busy(now)

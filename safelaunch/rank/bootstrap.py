@@ -18,7 +18,7 @@ import sys
 from importlib.machinery import SourceFileLoader
 from types import TracebackType
 
-from safelaunch.rank import beat, names
+from safelaunch.rank import beat, names, swap
 
 _stacks_file = None  # kept open for faulthandler, for the life of the process
 
@@ -108,6 +108,10 @@ def main() -> None:
     die_with_launcher()
     install_faulthandler()
     start_heartbeat()
+    try:
+        swap.install()
+    except Exception as exc:  # the job runs as launched rather than not at all
+        print(f"safelaunch: backend override not installed: {exc!r}", file=sys.stderr)
     try:
         if mode == "module":
             run_module(target, args)

@@ -13,9 +13,11 @@ Python while the others wait is therefore not caught (documented).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from safelaunch.plan import Timebox
 
 # A rank that has not written its first record yet (python still starting) is
 # given this long before it can count as stuck.
@@ -113,3 +115,25 @@ def read_beat(rank: int, path: Path) -> Beat | None:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def passed_point(box: Timebox, beats: Sequence[Beat | None], elapsed: float) -> str | None:
+    """Why a rerun has clearly passed the point where the job failed; None while it has not.
+
+    Every live rank must be past it by more than one step or collective: the point
+    itself may be where the job failed.
+    """
+    if box.past_step is not None or box.past_seq is not None:
+        if not beats or any(b is None for b in beats):
+            return None
+        known = [b for b in beats if b is not None]
+        if box.past_step is not None:
+            if all(b.step is not None and b.step > box.past_step + 1 for b in known):
+                return f"every rank is past step {box.past_step}, where the job had got to"
+            return None
+        if all(b.seq is not None and b.seq > (box.past_seq or 0) + 1 for b in known):
+            return f"every rank is past collective #{box.past_seq}, where the job had got to"
+        return None
+    if box.after_s is not None and elapsed >= box.after_s:
+        return f"it ran {elapsed:.0f} s without failing, past the job's time to failure"
+    return None

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.console import Console
-from safelaunch.plan import LaunchPlan, WorkerSpec
+from safelaunch.plan import LaunchPlan, Timebox, WorkerSpec
 from safelaunch.supervisor.hang import (
     HangEvidence,
     RankProgress,
     is_hung,
     last_progress,
+    passed_point,
     read_beat,
 )
 from safelaunch.supervisor.lines import rank_label
@@ -67,12 +68,13 @@ class AttemptRecord:
     plan: LaunchPlan
     exits: tuple[RankExit, ...]
     teardown_after: float | None  # when safelaunch began stopping ranks itself
-    teardown_cause: str | None  # "rank failed", "signal" or "hang"
+    teardown_cause: str | None  # "rank failed", "signal", "hang", or a rerun's "passed"/"timebox"
     interrupt_signal: int | None
     hang: HangEvidence | None
     strays_ended: int
     log_problems: tuple[str, ...]
     duration: float
+    timebox_note: str | None = None  # why an isolation rerun was stopped early
 
 
 def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
@@ -135,6 +137,8 @@ class _Attempt:
         self._cause: str | None = None
         self._interrupt: int | None = None
         self._killed = False
+        self._next_timebox_check = 0.0
+        self._timebox_note: str | None = None
 
     def run(self) -> AttemptRecord:
         strays = 0
@@ -158,6 +162,7 @@ class _Attempt:
             strays_ended=strays,
             log_problems=tuple(self._log_problems),
             duration=time.monotonic() - self._t0,
+            timebox_note=self._timebox_note,
         )
 
     # --- starting -------------------------------------------------------------
@@ -247,6 +252,8 @@ class _Attempt:
                 self._kill_ranks()
             if self._teardown_at is None and self._plan.hang_timeout > 0:
                 self._check_hang()
+            if self._teardown_at is None and self._plan.rerun is not None:
+                self._check_timebox(self._plan.rerun.timebox)
 
     def _collect(self, timeout: float) -> None:
         try:
@@ -359,6 +366,28 @@ class _Attempt:
         )
         save_evidence(self._hang, self._plan.attempt_dir / "stacks" / "hang.json")
         self._begin_teardown("hang", signal.SIGTERM)
+
+    # --- isolation reruns -----------------------------------------------------
+
+    def _check_timebox(self, box: Timebox) -> None:
+        """Stop a rerun once it is clearly past where the job failed, or at its cap."""
+        now = time.monotonic()
+        if now < self._next_timebox_check:
+            return
+        self._next_timebox_check = now + max(0.1, self._plan.heartbeat_interval / 2)
+        live = [s for rank, s in self._ranks.items() if rank not in self._exits]
+        if not live:
+            return
+        beats = [read_beat(s.spec.rank, s.spec.heartbeat_file) for s in live]
+        note = passed_point(box, beats, now - self._t0)
+        if note is not None:
+            self._timebox_note = note
+            self._console.say(f"isolation: {note}: stopping the rerun, it has shown enough")
+            self._begin_teardown("passed", signal.SIGTERM)
+        elif now - self._t0 >= box.cap_s:
+            self._timebox_note = f"still running at the {box.cap_s:g} s cap (--isolate-timeout)"
+            self._console.say(f"isolation: {self._timebox_note}: stopping the rerun")
+            self._begin_teardown("timebox", signal.SIGTERM)
 
     def _kill_ranks(self) -> None:
         for pid in self._ranks_pids():

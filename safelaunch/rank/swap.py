@@ -1,0 +1,260 @@
+"""Inside a rank: record which backend the job asked for, and in a Gloo rerun swap it.
+
+torch.distributed.distributed_c10d is patched the moment it loads, before
+torch.distributed re-exports its names, so `dist.init_process_group`, `from
+torch.distributed import init_process_group`, `new_group` and torch's own callers
+(DeviceMesh) all go through the patch. The user's script is never touched.
+
+- Every run: the backend each rank asked for goes to SAFELAUNCH_COMM_FILE (the launcher
+  needs it to tell "NCCL failed" from "the program failed").
+- Gloo rerun (SAFELAUNCH_FORCE_GLOO): nccl becomes gloo; pg_options (NCCL's) are dropped;
+  timeouts the user gave are stretched, Gloo being slower. Python-level collectives on
+  the default group are written, one line each, to SAFELAUNCH_COLLECTIVES, so that the
+  launcher can compare what each rank called (torch's own check,
+  TORCH_DISTRIBUTED_DEBUG=DETAIL, segfaults while constructing DDP in torch 2.13).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
+
+from safelaunch.rank import names
+
+TARGET = "torch.distributed.distributed_c10d"
+LEDGER_LIMIT = 1_000_000  # lines per rank; a time-boxed rerun stays far below
+# The argument that describes each collective (its input), by position.
+COLLECTIVES: dict[str, int | None] = {
+    "all_reduce": 0,
+    "broadcast": 0,
+    "reduce": 0,
+    "all_gather": 1,
+    "all_gather_into_tensor": 1,
+    "reduce_scatter": 1,
+    "reduce_scatter_tensor": 1,
+    "all_to_all": 1,
+    "all_to_all_single": 1,
+    "gather": 0,
+    "scatter": 0,
+    "barrier": None,
+}
+
+
+def gloo_backend(backend: object, has_cuda: bool) -> str:
+    """The Gloo equivalent of a backend string: nccl -> cuda:gloo, mixed strings mapped per device.
+
+    `cuda:gloo` keeps NCCL's rule that CPU tensors are refused, so a program that would
+    fail on NCCL fails on Gloo too. Without CUDA there are no CUDA tensors to guard:
+    plain gloo then runs the CPU tensors such a job uses.
+    """
+    if backend is None:
+        return "cpu:gloo,cuda:gloo" if has_cuda else "gloo"
+    text = str(backend).lower().strip()
+    if ":" not in text:
+        if text == "nccl":
+            return "cuda:gloo" if has_cuda else "gloo"
+        return text
+    pairs = []
+    for item in text.split(","):
+        device, _, name = item.partition(":")
+        name = name.strip()
+        pairs.append(f"{device.strip()}:{'gloo' if name == 'nccl' else name}")
+    return ",".join(pairs)
+
+
+def describe(value: object) -> str:
+    """`float32[4, 5]` for a tensor, `list of 2 x float32[4]` for a list of them."""
+    if isinstance(value, (list, tuple)):
+        inner = describe(value[0]) if value else "nothing"
+        return f"list of {len(value)} x {inner}"
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return type(value).__name__
+    return f"{str(dtype).removeprefix('torch.')}[{', '.join(str(n) for n in shape)}]"
+
+
+class _Ledger:
+    """One line per Python-level collective on the default group, written before it runs."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._count = 0
+
+    def write(self, op: str, what: str) -> None:
+        if self._count >= LEDGER_LIMIT:
+            return
+        self._count += 1
+        # one write(2) per line: survives the abort a mismatch often ends in
+        os.write(self._fd, f"{self._count}\t{op}\t{what}\n".encode())
+
+
+def _group_index(function: Callable[..., Any]) -> int | None:
+    import inspect
+
+    try:
+        return list(inspect.signature(function).parameters).index("group")
+    except (ValueError, TypeError):
+        return None
+
+
+def _record_collective(
+    module: ModuleType, name: str, position: int | None, ledger: _Ledger
+) -> None:
+    real = getattr(module, name, None)
+    if real is None:
+        return
+    group_at = _group_index(real)
+
+    @functools.wraps(real)
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        try:
+            group = kwargs.get("group")
+            if group is None and group_at is not None and len(args) > group_at:
+                group = args[group_at]
+            if group is None or group is module.GroupMember.WORLD:
+                value = args[position] if position is not None and len(args) > position else None
+                if value is None and position is not None:
+                    value = next(iter(kwargs.values()), None)
+                op = kwargs.get("op")
+                what = describe(value) if position is not None else ""
+                ledger.write(name, f"{what} {op}".strip() if op is not None else what)
+        except Exception:
+            pass  # the record is a diagnostic; the collective must run regardless
+        return real(*args, **kwargs)
+
+    _replace(module, name, collective)
+
+
+def _replace(module: ModuleType, name: str, function: Callable[..., Any]) -> None:
+    """Set it in the module, and in torch.distributed if that already re-exported it."""
+    setattr(module, name, function)
+    package = sys.modules.get("torch.distributed")
+    if package is not None and hasattr(package, name):
+        setattr(package, name, function)
+
+
+def _bind(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    import inspect
+
+    return inspect.signature(function).bind(*args, **kwargs)
+
+
+def _stretch(timeout: Any, factor: float) -> Any:
+    return timeout * factor if timeout is not None else None
+
+
+def _write_record(path: str | None, record: dict[str, Any]) -> None:
+    if not path:
+        return
+    try:
+        temporary = f"{path}.tmp"
+        with open(temporary, "w") as out:
+            json.dump(record, out)
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap init_process_group and new_group (and, for a rerun, the collectives)."""
+    force = os.environ.get(names.FORCE_GLOO) == "1"
+    factor = float(os.environ.get(names.TIMEOUT_FACTOR, "4"))
+    comm_file = os.environ.get(names.COMM_FILE)
+    record: dict[str, Any] = {"requested": None, "used": None, "swapped": False, "groups": []}
+    torch = sys.modules["torch"]
+
+    def swapped(backend: object) -> str:
+        return gloo_backend(backend, bool(torch.cuda.is_available()))
+
+    real_init = module.init_process_group
+
+    @functools.wraps(real_init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        bound = _bind(real_init, args, kwargs)
+        backend = bound.arguments.get("backend")
+        record["requested"] = None if backend is None else str(backend)
+        if force:
+            bound.arguments["backend"] = swapped(backend)
+            bound.arguments.pop("pg_options", None)
+            if "timeout" in bound.arguments:
+                bound.arguments["timeout"] = _stretch(bound.arguments["timeout"], factor)
+            record["used"] = bound.arguments["backend"]
+            record["swapped"] = record["used"] != record["requested"]
+        _write_record(comm_file, record)  # before the call: init itself may be what fails
+        result = real_init(*bound.args, **bound.kwargs)
+        with contextlib.suppress(Exception):
+            record["used"] = str(module.get_backend_config())
+        _write_record(comm_file, record)
+        return result
+
+    real_new_group = module.new_group
+
+    @functools.wraps(real_new_group)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        if force:
+            bound = _bind(real_new_group, args, kwargs)
+            backend = bound.arguments.get("backend")
+            if backend is not None:
+                bound.arguments["backend"] = swapped(backend)
+                bound.arguments.pop("pg_options", None)
+                record["groups"].append([str(backend), bound.arguments["backend"]])
+                _write_record(comm_file, record)
+            if bound.arguments.get("timeout") is not None:
+                bound.arguments["timeout"] = _stretch(bound.arguments["timeout"], factor)
+            return real_new_group(*bound.args, **bound.kwargs)
+        return real_new_group(*args, **kwargs)
+
+    _replace(module, "init_process_group", init_process_group)
+    _replace(module, "new_group", new_group)
+    ledger_path = os.environ.get(names.COLLECTIVES_FILE)
+    if force and ledger_path:
+        try:
+            ledger = _Ledger(ledger_path)
+        except OSError:
+            return
+        for name, position in COLLECTIVES.items():
+            _record_collective(module, name, position, ledger)
+
+
+class _PatchOnLoad:
+    """A meta-path finder that patches TARGET right after it executes, then steps aside."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> ModuleSpec | None:
+        if fullname != TARGET:
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+
+        spec = find_spec(fullname)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        real_exec = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            real_exec(module)
+            try:
+                patch(module)
+            except Exception as exc:  # the job runs unpatched rather than not at all
+                print(f"safelaunch: could not patch {TARGET}: {exc!r}", file=sys.stderr)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Patch torch.distributed when (if ever) the script loads it."""
+    if not (os.environ.get(names.COMM_FILE) or os.environ.get(names.FORCE_GLOO)):
+        return
+    if TARGET in sys.modules:  # imported by a sitecustomize before us: patch in place
+        patch(sys.modules[TARGET])
+        return
+    sys.meta_path.insert(0, _PatchOnLoad())

@@ -1,0 +1,143 @@
+"""End to end: failed jobs rerun on Gloo (one rank, each NCCL transport off), and the verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import launch, line_of, worker
+
+pytestmark = pytest.mark.slow
+CASES = worker("isolate_cases.py")
+AUTO = {"SAFELAUNCH_ISOLATE": "auto"}  # the default, which conftest turns off elsewhere
+
+
+def _isolation(run) -> dict:
+    return json.loads((run.attempt() / "report.json").read_text())["isolation"]
+
+
+def _case(tmp_path: Path, case: str, *flags: str, env: dict[str, str] | None = None):
+    return launch(
+        tmp_path,
+        "--nproc-per-node=2",
+        *flags,
+        CASES,
+        env={"CASE": case, **AUTO, **(env or {})},
+        timeout=150,
+    )
+
+
+def test_nccl_missing_then_gloo_trains_is_the_communication_layer(tmp_path: Path) -> None:
+    run = _case(tmp_path, "nccl_train")
+    assert run.returncode == 1  # the job's own failure decides the exit code, not the rerun
+    assert "class: environment/launch (nccl-not-built)" in run.stderr
+    assert "ISOLATION on Gloo" in run.stderr and ": communication layer" in run.stderr
+    # the rank log of the rerun shows the swap really happened, new_group included
+    rerun_log = (run.run_dir / "isolate_gloo" / "rank0.log").read_text()
+    assert "rank 0 trained 4 steps on gloo" in rerun_log
+    comm = json.loads((run.run_dir / "isolate_gloo" / "rank0.comm.json").read_text())
+    assert comm["requested"] == "nccl" and comm["swapped"] and comm["groups"] == [["nccl", "gloo"]]
+    isolation = _isolation(run)
+    assert isolation["gloo_rerun"] is True
+    [rerun] = isolation["reruns"]
+    assert rerun["verdict"] == "communication layer" and rerun["status"] == "succeeded"
+    # the user frame is the script's call, not safelaunch's wrapper
+    report = json.loads((run.attempt() / "report.json").read_text())
+    call = line_of(CASES, 'init_process_group("nccl"')
+    assert report["diagnosis"]["location"] == f"{CASES}:{call} in main"
+
+
+def test_a_rank_raising_fails_on_gloo_too_so_it_is_the_program(tmp_path: Path) -> None:
+    run = _case(tmp_path, "raise")
+    assert run.returncode == 1
+    line = line_of(CASES, "raise ValueError")
+    assert ": program" in run.stderr
+    assert f"ValueError: loss went negative at step 2 at {CASES}:{line} in compute_loss" in (
+        run.stderr
+    )
+    [rerun] = _isolation(run)["reruns"]
+    assert rerun["verdict"] == "program" and rerun["status"] == "failed"
+
+
+def test_a_shape_mismatch_is_named_with_ranks_and_shapes(tmp_path: Path) -> None:
+    run = _case(tmp_path, "shape")
+    assert "class: communication (collective-mismatch)" in run.stderr
+    expected = (
+        "collective #2 differs: rank 0 called all_reduce(float32[4]); "
+        "rank 1 called all_reduce(float32[5])"
+    )
+    assert expected in run.stderr
+    [rerun] = _isolation(run)["reruns"]
+    assert rerun["verdict"] == "program" and rerun["collective_mismatch"] == expected
+
+
+def test_a_hang_is_rerun_and_the_skipped_collective_named(tmp_path: Path) -> None:
+    run = launch(
+        tmp_path,
+        "--nproc-per-node=3",
+        "--hang-timeout=3",
+        worker("hang_cases.py"),
+        env={"CASE": "skip", **AUTO},
+        timeout=150,
+    )
+    assert run.returncode == 124
+    assert "it hangs on Gloo too: the fault is in the program" in run.stderr
+    assert "ranks 0,2 called all_reduce(float32[4]); rank 1 called barrier()" in run.stderr
+    [rerun] = _isolation(run)["reruns"]
+    assert rerun["status"] == "hung" and rerun["verdict"] == "program"
+
+
+def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
+    run = _case(tmp_path, "flaky")  # would loop 400 steps; failed at step 3 the first time
+    assert "every rank is past step 3" in run.stderr
+    [rerun] = _isolation(run)["reruns"]
+    assert rerun["status"] == "passed" and rerun["verdict"] == "did not reproduce"
+    assert rerun["duration_s"] < 20
+
+
+def test_the_cap_ends_a_rerun_that_never_gets_there(tmp_path: Path) -> None:
+    run = _case(tmp_path, "flaky", "--isolate-timeout=1.5", env={"FLAKY_SLOW": "1"})
+    [rerun] = _isolation(run)["reruns"]
+    assert rerun["status"] == "timeboxed" and rerun["verdict"] == "inconclusive"
+    assert "--isolate-timeout" in run.stderr
+
+
+def test_auto_skips_deterministic_program_faults_and_says_why(tmp_path: Path) -> None:
+    run = launch(tmp_path, "--nproc-per-node=2", worker("bad_sampler.py"), env=AUTO, timeout=120)
+    assert "isolation: no Gloo rerun: sampler-and-shuffle (data/sampling)" in run.stderr
+    assert not (run.run_dir / "isolate_gloo").exists()
+    isolation = _isolation(run)
+    assert isolation["gloo_rerun"] is False and isolation["reruns"] == []
+
+
+def test_never_skips_and_success_writes_no_isolation(tmp_path: Path) -> None:
+    run = _case(tmp_path, "raise", "--isolate=never")
+    assert "isolation: no Gloo rerun: --isolate never" in run.stderr
+    assert not (run.run_dir / "isolate_gloo").exists()
+    ok = launch(tmp_path, "--nproc-per-node=2", CASES, env={"CASE": "plain", **AUTO})
+    assert ok.returncode == 0 and "isolation" not in ok.stderr
+    assert json.loads((ok.attempt() / "report.json").read_text())["isolation"] is None
+
+
+def test_one_rank_rerun_tells_a_distributed_fault(tmp_path: Path) -> None:
+    run = _case(tmp_path, "distributed", "--isolate=never", "--isolate-single")
+    assert "ISOLATION with one rank" in run.stderr and ": distributed fault" in run.stderr
+    [rerun] = _isolation(run)["reruns"]
+    assert rerun["name"] == "isolate_single" and rerun["status"] == "succeeded"
+    assert (run.run_dir / "isolate_single" / "rank0.log").exists()
+    assert not (run.run_dir / "isolate_single" / "rank1.log").exists()
+
+
+def test_transport_bisection_finds_the_variable_that_helps(tmp_path: Path) -> None:
+    run = _case(
+        tmp_path, "transport", "--isolate=never", "--isolate-nccl", env={"NCCL_IB_DISABLE": "0"}
+    )
+    isolation = _isolation(run)
+    verdicts = {r["purpose"]: r["verdict"] for r in isolation["reruns"]}
+    assert verdicts == {
+        "with NCCL_P2P_DISABLE=1": "no transport",
+        "with NCCL_SHM_DISABLE=1": "transport",
+    }
+    assert "the failure goes away with NCCL_SHM_DISABLE=1" in run.stderr
+    assert isolation["notes"] == ["NCCL_IB_DISABLE is already set to '0': not varied"]

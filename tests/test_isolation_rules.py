@@ -1,0 +1,163 @@
+"""The isolation rules without running a job: backend mapping, decisions, time box, ledgers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from safelaunch.diagnose import Diagnosis
+from safelaunch.diagnose.isolation import (
+    collective_mismatch,
+    read_comm,
+    should_isolate,
+    transport_reruns,
+)
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
+from safelaunch.plan import Timebox
+from safelaunch.rank.swap import describe, gloo_backend
+from safelaunch.supervisor.hang import Beat, passed_point
+
+
+@pytest.mark.parametrize(
+    ("backend", "has_cuda", "expected"),
+    [
+        ("nccl", True, "cuda:gloo"),  # keeps NCCL's "CUDA tensors only"
+        ("NCCL", True, "cuda:gloo"),
+        ("nccl", False, "gloo"),  # no CUDA tensors to guard: the CPU tensors must run
+        (None, True, "cpu:gloo,cuda:gloo"),
+        (None, False, "gloo"),
+        ("gloo", True, "gloo"),
+        ("cpu:gloo,cuda:nccl", True, "cpu:gloo,cuda:gloo"),
+        ("cpu:gloo, cuda:nccl", False, "cpu:gloo,cuda:gloo"),
+        ("mpi", True, "mpi"),  # not NCCL: left alone
+    ],
+)
+def test_gloo_backend_maps_nccl_per_device(
+    backend: str | None, has_cuda: bool, expected: str
+) -> None:
+    assert gloo_backend(backend, has_cuda) == expected
+
+
+def test_describe_names_dtype_and_shape() -> None:
+    class Tensor:
+        shape = (4, 5)
+        dtype = "torch.float32"
+
+    assert describe(Tensor()) == "float32[4, 5]"
+    assert describe([Tensor(), Tensor()]) == "list of 2 x float32[4, 5]"
+    assert describe(None) == "NoneType"
+
+
+def _outcome(status: str) -> Outcome:
+    return Outcome(
+        attempt=0,
+        status=status,
+        ranks=(),
+        first_failure=None,
+        interrupt_signal=None,
+        exit_code=1,
+        duration=1.0,
+        strays_ended=0,
+        log_problems=(),
+        run_dir=Path("/nonexistent"),
+        attempt_dir=Path("/nonexistent/attempt_0"),
+    )
+
+
+def _diagnosis(signature_id: str | None) -> Diagnosis:
+    signature = next((s for s in SIGNATURES if s.id == signature_id), None)
+    return Diagnosis(root_cause=None, error=None, signature=signature)
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "signature", "runs", "reason"),
+    [
+        ("auto", FAILED, "nccl-system-error", True, "a rerun can tell"),
+        ("auto", FAILED, "native-crash", True, "a rerun can tell"),
+        ("auto", FAILED, None, True, "no known signature"),
+        ("auto", HUNG, None, True, "the job hung"),
+        ("auto", FAILED, "store-connection-lost", True, "(communication)"),
+        ("auto", FAILED, "sampler-and-shuffle", False, "repeats on any backend"),
+        ("auto", FAILED, "cuda-out-of-memory", False, "repeats on any backend"),
+        ("auto", FAILED, "shutdown-crash", False, "a crash at exit"),
+        ("always", FAILED, "sampler-and-shuffle", True, "--isolate always"),
+        ("never", FAILED, "nccl-system-error", False, "--isolate never"),
+        ("always", SUCCEEDED, None, False, "the job succeeded"),
+        ("always", INTERRUPTED, None, False, "the job interrupted"),
+    ],
+)
+def test_when_the_gloo_rerun_runs(
+    mode: str, status: str, signature: str | None, runs: bool, reason: str
+) -> None:
+    decision = should_isolate(mode, _outcome(status), _diagnosis(signature))
+    assert decision.run is runs
+    assert reason in decision.reason
+
+
+def _beat(step: int | None = None, seq: int | None = None) -> Beat:
+    return Beat(rank=0, time=0.0, since=0.0, frames=(), step=step, seq=seq)
+
+
+def test_time_box_by_step_needs_every_rank_clearly_past() -> None:
+    box = Timebox(past_step=10, past_seq=None, after_s=None, cap_s=60)
+    assert passed_point(box, [_beat(step=12), _beat(step=11)], 5) is None  # 11 may be the point+1
+    assert passed_point(box, [_beat(step=12), None], 5) is None  # a rank not yet reporting
+    assert "past step 10" in (passed_point(box, [_beat(step=12), _beat(step=12)], 5) or "")
+
+
+def test_time_box_by_collective_count_and_by_time() -> None:
+    box = Timebox(past_step=None, past_seq=40, after_s=None, cap_s=60)
+    assert passed_point(box, [_beat(seq=41)], 1) is None
+    assert "collective #40" in (passed_point(box, [_beat(seq=42)], 1) or "")
+    timed = Timebox(past_step=None, past_seq=None, after_s=9.0, cap_s=60)
+    assert passed_point(timed, [None], 8.9) is None
+    assert "ran 9 s without failing" in (passed_point(timed, [None], 9.0) or "")
+
+
+def _ledger(directory: Path, rank: int, *calls: str) -> None:
+    lines = "".join(f"{n}\t{call}\n" for n, call in enumerate(calls, 1))
+    (directory / f"rank{rank}.collectives.log").write_text(lines)
+
+
+def test_ledgers_name_the_first_differing_collective(tmp_path: Path) -> None:
+    _ledger(tmp_path, 0, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[8]")
+    _ledger(tmp_path, 1, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[9]")
+    _ledger(tmp_path, 2, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[8]")
+    assert collective_mismatch(tmp_path, hung=False) == (
+        "collective #2 differs: ranks 0,2 called all_reduce(float32[8]); "
+        "rank 1 called all_reduce(float32[9])"
+    )
+
+
+def test_ledgers_count_skipped_collectives_only_in_a_hang(tmp_path: Path) -> None:
+    _ledger(tmp_path, 0, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[4]")
+    _ledger(tmp_path, 1, "all_reduce\tfloat32[4]")
+    assert collective_mismatch(tmp_path, hung=False) is None  # a rank that failed stops early
+    assert collective_mismatch(tmp_path, hung=True) == (
+        "the ranks called different numbers of collectives: rank 1 called 1; rank 0 called 2"
+    )
+
+
+def test_all_to_all_sizes_may_differ(tmp_path: Path) -> None:
+    _ledger(tmp_path, 0, "all_to_all_single\tfloat32[3]")
+    _ledger(tmp_path, 1, "all_to_all_single\tfloat32[5]")
+    assert collective_mismatch(tmp_path, hung=True) is None
+
+
+def test_comm_records_tell_nccl_use(tmp_path: Path) -> None:
+    (tmp_path / "rank0.comm.json").write_text(
+        '{"requested": null, "used": "cpu:gloo,cuda:nccl", "swapped": false}'
+    )
+    (tmp_path / "rank1.comm.json").write_text("not json")
+    comm = read_comm(tmp_path)
+    assert comm.nccl and not comm.swapped
+    assert not read_comm(tmp_path / "absent").nccl
+
+
+def test_transport_bisection_leaves_the_users_variables_alone() -> None:
+    box = Timebox(past_step=None, past_seq=None, after_s=1, cap_s=2)
+    reruns, skipped = transport_reruns(box, {"NCCL_IB_DISABLE": "0"})
+    assert [dict(r.env) for r in reruns] == [{"NCCL_P2P_DISABLE": "1"}, {"NCCL_SHM_DISABLE": "1"}]
+    assert skipped == ["NCCL_IB_DISABLE is already set to '0': not varied"]
