@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from conftest import launch, line_of, worker
+from conftest import assert_no_orphans, launch, line_of, marked_env, safelaunch_cmd, worker
 
 pytestmark = pytest.mark.slow
 CASES = worker("isolate_cases.py")
 AUTO = {"SAFELAUNCH_ISOLATE": "auto"}  # the default, which conftest turns off elsewhere
 
 
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
+
+
 def _isolation(run) -> dict:
+    """The failed attempt's report.json `isolation`, every report of the run checked by schema."""
+    jsonschema = pytest.importorskip("jsonschema")
+    for report in run.run_dir.glob("*/report.json"):
+        jsonschema.validate(json.loads(report.read_text()), SCHEMA)
     return json.loads((run.attempt() / "report.json").read_text())["isolation"]
 
 
@@ -141,3 +151,25 @@ def test_transport_bisection_finds_the_variable_that_helps(tmp_path: Path) -> No
     }
     assert "the failure goes away with NCCL_SHM_DISABLE=1" in run.stderr
     assert isolation["notes"] == ["NCCL_IB_DISABLE is already set to '0': not varied"]
+
+
+def test_ctrl_c_during_a_rerun_keeps_the_jobs_code_and_writes_the_report(tmp_path: Path) -> None:
+    env, mark = marked_env(tmp_path, {"CASE": "flaky", "FLAKY_SLOW": "1", **AUTO})
+    proc = subprocess.Popen(
+        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), "--nproc-per-node=2", CASES),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "logs").glob("*/isolate_gloo/rank1.comm.json")):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr  # the job's failure, not the interrupted diagnosis
+    report = json.loads(next((tmp_path / "logs").glob("*/attempt_0/report.json")).read_text())
+    [rerun] = report["isolation"]["reruns"]
+    assert rerun["status"] == "interrupted" and rerun["verdict"] == "interrupted"
+    assert_no_orphans(mark, within=2.0)
