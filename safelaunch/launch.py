@@ -209,8 +209,13 @@ def _isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
     config, console = session.config, session.console
     decision = should_isolate(config.isolate, job.outcome, job.diagnosis)
     timebox = failure_point(plan, job.outcome, config.isolate_timeout)
-    reruns: list[Rerun] = [gloo_rerun(timebox)] if decision.run else []
+    job_comm = read_comm(job.outcome.attempt_dir)
+    reruns: list[Rerun] = []
     notes: list[str] = []
+    if decision.run:
+        rerun, checks = gloo_rerun(timebox, job_comm, config.environ)
+        reruns.append(rerun)
+        notes.append(checks)
     if config.isolate_single and len(plan.workers) > 1:
         reruns.append(single_rerun(timebox))
     if config.isolate_nccl:
@@ -219,7 +224,6 @@ def _isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
         notes.extend(skipped)
     if not decision.run:
         console.say(f"isolation: no Gloo rerun: {decision.reason}")
-    job_comm = read_comm(job.outcome.attempt_dir)
     verdicts: list[Verdict] = []
     for rerun in reruns:
         late = session.receiver.take()

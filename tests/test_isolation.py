@@ -28,6 +28,7 @@ def _isolation(run) -> dict:
 
 
 def _case(tmp_path: Path, case: str, *flags: str, env: dict[str, str] | None = None):
+    tmp_path.mkdir(exist_ok=True)
     return launch(
         tmp_path,
         "--nproc-per-node=2",
@@ -92,10 +93,31 @@ def test_a_hang_is_rerun_and_the_skipped_collective_named(tmp_path: Path) -> Non
         timeout=150,
     )
     assert run.returncode == 124
-    assert "it hangs on Gloo too: the fault is in the program" in run.stderr
+    # no DDP here, so the rerun has torch's DETAIL checks: the hang becomes an error
+    assert "the ranks call different collectives (seen in the Gloo rerun): the fault is in " in (
+        run.stderr
+    )
     assert "ranks 0,2 called all_reduce(float32[4]); rank 1 called barrier()" in run.stderr
     [rerun] = _isolation(run)["reruns"]
+    assert rerun["status"] == "failed" and rerun["verdict"] == "program"
+    rerun_log = (run.run_dir / "isolate_gloo" / "rank1.log").read_text()
+    assert "Detected mismatch between collectives on ranks" in rerun_log
+
+
+def test_a_hang_with_detail_off_hangs_again(tmp_path: Path) -> None:
+    run = launch(
+        tmp_path,
+        "--nproc-per-node=2",
+        "--hang-timeout=3",
+        worker("hang_cases.py"),
+        env={"CASE": "sleep", "TORCH_DISTRIBUTED_DEBUG": "OFF", **AUTO},
+        timeout=150,
+    )
+    assert run.returncode == 124
+    assert "it hangs on Gloo too: the fault is in the program" in run.stderr
+    [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "hung" and rerun["verdict"] == "program"
+    assert "your TORCH_DISTRIBUTED_DEBUG" in _isolation(run)["notes"][0]
 
 
 def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
@@ -104,6 +126,25 @@ def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
     [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "passed" and rerun["verdict"] == "did not reproduce"
     assert rerun["duration_s"] < 20
+
+
+def test_torchs_collective_checks_only_where_safe(tmp_path: Path) -> None:
+    # no DDP in the job: DETAIL is on in the rerun, and torch's own check speaks too
+    shape = _case(tmp_path / "shape", "shape")
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL in the Gloo rerun" in _isolation(shape)["notes"][0]
+    rerun_log = (shape.run_dir / "isolate_gloo" / "rank0.log").read_text()
+    assert "Detected mismatch between collectives on ranks" in rerun_log
+    # a DDP job: never DETAIL (it segfaults DDP's constructor in torch 2.13)
+    ddp = _case(tmp_path / "ddp", "raise")
+    assert (
+        "no TORCH_DISTRIBUTED_DEBUG=DETAIL: the job built a DDP model"
+        in (_isolation(ddp)["notes"][0])
+    )
+    # failed before DDP, and the DETAIL rerun crashes building it: it got further, so passed
+    late = _case(tmp_path / "late", "late_ddp")
+    [rerun] = _isolation(late)["reruns"]
+    assert rerun["verdict"] == "did not reproduce"
+    assert "as far as building its DDP model" in rerun["summary"]
 
 
 def test_the_cap_ends_a_rerun_that_never_gets_there(tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ class CommUse:
     requested: tuple[str, ...]
     used: tuple[str, ...]
     swapped: bool
+    initialised: bool = False  # some rank's init_process_group returned
+    ddp: bool = False  # some rank built a DistributedDataParallel
 
     @property
     def nccl(self) -> bool:
@@ -137,11 +139,32 @@ def failure_point(plan: LaunchPlan, outcome: Outcome, cap: float) -> Timebox:
     return Timebox(past_step=None, past_seq=None, after_s=min(after, cap), cap_s=cap)
 
 
-def gloo_rerun(timebox: Timebox) -> Rerun:
-    """The job again, NCCL swapped for Gloo in every rank."""
-    return Rerun(
-        name="isolate_gloo", purpose="on Gloo", gloo=True, nproc=None, env={}, timebox=timebox
+def gloo_rerun(timebox: Timebox, job: CommUse, environ: Mapping[str, str]) -> tuple[Rerun, str]:
+    """The job again, NCCL swapped for Gloo in every rank; and which collective checks it has.
+
+    torch's own checks (TORCH_DISTRIBUTED_DEBUG=DETAIL) only where they are safe: the
+    job initialised a process group and built no DDP model (DETAIL segfaults DDP's
+    constructor in torch 2.13), and the user has not set the variable.
+    """
+    env = {}
+    if "TORCH_DISTRIBUTED_DEBUG" in environ:
+        checks = "collective checks: your TORCH_DISTRIBUTED_DEBUG, and safelaunch's record"
+    elif job.initialised and not job.ddp:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        checks = (
+            "collective checks: TORCH_DISTRIBUTED_DEBUG=DETAIL in the Gloo rerun (the job "
+            "built no DDP model), and safelaunch's record of each rank's collectives"
+        )
+    else:
+        why = "the job built a DDP model" if job.ddp else "the job never got that far"
+        checks = (
+            f"collective checks: safelaunch's record of each rank's collectives (no "
+            f"TORCH_DISTRIBUTED_DEBUG=DETAIL: {why}, and DETAIL crashes DDP in torch 2.13)"
+        )
+    rerun = Rerun(
+        name="isolate_gloo", purpose="on Gloo", gloo=True, nproc=None, env=env, timebox=timebox
     )
+    return rerun, checks
 
 
 def single_rerun(timebox: Timebox) -> Rerun:
@@ -173,18 +196,26 @@ def transport_reruns(timebox: Timebox, environ: Mapping[str, str]) -> tuple[list
 
 def read_comm(attempt_dir: Path) -> CommUse:
     """What the ranks' rank<N>.comm.json files say (absent: the job never initialised)."""
-    requested, used, swapped = set(), set(), False
+    requested, used, swapped, initialised, ddp = set(), set(), False, False, False
     for path in sorted(attempt_dir.glob("rank*.comm.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        initialised = initialised or record.get("used") is not None  # written after init
+        ddp = ddp or bool(record.get("ddp"))
         if record.get("requested") is not None:
             requested.add(str(record["requested"]).lower())
         if record.get("used") is not None:
             used.add(str(record["used"]).lower())
         swapped = swapped or bool(record.get("swapped"))
-    return CommUse(requested=tuple(sorted(requested)), used=tuple(sorted(used)), swapped=swapped)
+    return CommUse(
+        requested=tuple(sorted(requested)),
+        used=tuple(sorted(used)),
+        swapped=swapped,
+        initialised=initialised,
+        ddp=ddp,
+    )
 
 
 def _ledger(path: Path) -> dict[int, tuple[str, str]]:
@@ -203,17 +234,29 @@ def _ranks_label(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {','.join(map(str, ranks))}"
 
 
-def collective_mismatch(attempt_dir: Path, hung: bool) -> str | None:
-    """The first collective the ranks called differently (op, shape, dtype), by their ledgers.
-
-    In a hang, also ranks that called fewer collectives than the others (after a
-    failure that only says which rank stopped first).
-    """
+def _ledgers(attempt_dir: Path) -> dict[int, dict[int, tuple[str, str]]]:
     ledgers: dict[int, dict[int, tuple[str, str]]] = {}
     for path in attempt_dir.glob("rank*.collectives.log"):
         digits = path.name.removeprefix("rank").split(".", 1)[0]
         if digits.isdigit():
             ledgers[int(digits)] = _ledger(path)
+    return ledgers
+
+
+def collective_lag(attempt_dir: Path) -> str | None:
+    """In a hang: ranks that called fewer collectives than the others (behind, or skipped one)."""
+    counts: dict[int, list[int]] = {}
+    for rank, entries in sorted(_ledgers(attempt_dir).items()):
+        counts.setdefault(len(entries), []).append(rank)
+    if len(counts) < 2:
+        return None
+    parts = [f"{_ranks_label(ranks)} called {n}" for n, ranks in sorted(counts.items())]
+    return "collectives called from Python: " + "; ".join(parts)
+
+
+def collective_mismatch(attempt_dir: Path) -> str | None:
+    """The first collective the ranks called differently (op, shape, dtype), by their ledgers."""
+    ledgers = _ledgers(attempt_dir)
     if len(ledgers) < 2:
         return None
     common = set.intersection(*(set(entries) for entries in ledgers.values()))
@@ -230,12 +273,6 @@ def collective_mismatch(attempt_dir: Path, hung: bool) -> str | None:
                 for (op, _), ranks in calls.items()
             ]
             return f"collective #{number} differs: " + "; ".join(parts)
-    counts: dict[int, list[int]] = {}
-    for rank, entries in sorted(ledgers.items()):
-        counts.setdefault(len(entries), []).append(rank)
-    if hung and len(counts) > 1:
-        parts = [f"{_ranks_label(ranks)} called {n}" for n, ranks in sorted(counts.items())]
-        return "the ranks called different numbers of collectives: " + "; ".join(parts)
     return None
 
 
@@ -289,10 +326,34 @@ def describe_failure(outcome: Outcome, diagnosis: Diagnosis) -> str:
     return line
 
 
+DDP_UNDER_DETAIL = (
+    "got past the point where the job failed, as far as building its DDP model (which "
+    "torch 2.13 cannot do under TORCH_DISTRIBUTED_DEBUG=DETAIL)"
+)
+
+
 def _ran_through(outcome: Outcome) -> str:
     if outcome.status == SUCCEEDED:
         return f"ran to completion ({outcome.duration:.1f} s)"
+    if outcome.status == FAILED:
+        return DDP_UNDER_DETAIL
     return f"got past the point where the job failed ({outcome.timebox_note})"
+
+
+def _crashed_in_ddp_under_detail(
+    job: CommUse, rerun: Rerun, comm: CommUse, outcome: Outcome
+) -> bool:
+    """The rerun died building a DDP model the job never reached: it got further, so it passed.
+
+    DETAIL is only turned on for jobs that built no DDP model; one that fails before
+    it does and then, on Gloo, gets past that point, meets torch 2.13's crash.
+    """
+    return (
+        outcome.status == FAILED
+        and rerun.env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL"
+        and comm.ddp
+        and not job.ddp
+    )
 
 
 def _ended(rerun: Rerun, outcome: Outcome) -> RerunEnd:
@@ -336,14 +397,17 @@ def gloo_verdict(
     if unfinished is not None:
         return unfinished
     comm = read_comm(outcome.attempt_dir)
-    mismatch = collective_mismatch(outcome.attempt_dir, hung=outcome.status == HUNG)
+    mismatch = collective_mismatch(outcome.attempt_dir)
+    lag = collective_lag(outcome.attempt_dir) if outcome.status == HUNG else None
     ran = _ended(rerun, outcome)
     swapped = (
         comm.swapped
         or job_comm.nccl
         or (job_diagnosis.signature is not None and job_diagnosis.signature.id.startswith("nccl"))
     )
-    if outcome.status in (SUCCEEDED, PASSED):
+    if outcome.status in (SUCCEEDED, PASSED) or _crashed_in_ddp_under_detail(
+        job_comm, rerun, comm, outcome
+    ):
         if swapped:
             signature = job_diagnosis.signature
             steps = signature.next_steps if signature else ()
@@ -380,17 +444,11 @@ def gloo_verdict(
     rerun_signature = diagnosis.signature.id if diagnosis.signature else None
     if mismatch is not None or _same_failure(job, job_diagnosis, outcome, diagnosis):
         details = [f"the rerun: {describe_failure(outcome, diagnosis)}"]
-        if mismatch:
-            details.insert(0, mismatch)
+        details[:0] = [line for line in (mismatch, lag) if line]
         steps = diagnosis.signature.next_steps if diagnosis.signature else ()
         return Verdict(
             kind=PROGRAM,
-            headline=(
-                "it hangs on Gloo too"
-                if outcome.status == HUNG
-                else "it fails the same way on Gloo"
-            )
-            + ": the fault is in the program, not in the communication layer",
+            headline=_program_headline(outcome, mismatch),
             details=tuple(details),
             next_steps=steps,
             signature=rerun_signature,
@@ -408,6 +466,16 @@ def gloo_verdict(
         signature=rerun_signature,
         ran=ran,
     )
+
+
+def _program_headline(outcome: Outcome, mismatch: str | None) -> str:
+    if mismatch is not None:
+        how = "the ranks call different collectives (seen in the Gloo rerun)"
+    elif outcome.status == HUNG:
+        how = "it hangs on Gloo too"
+    else:
+        how = "it fails the same way on Gloo"
+    return f"{how}: the fault is in the program, not in the communication layer"
 
 
 def single_verdict(

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 TARGET = "torch.distributed.distributed_c10d"
+DDP_MODULE = "torch.nn.parallel.distributed"
 LEDGER_LIMIT = 1_000_000  # lines per rank; a time-boxed rerun stays far below
 # The argument that describes each collective (its input), by position.
 COLLECTIVES: dict[str, int | None] = {
@@ -166,12 +167,39 @@ def _write_record(path: str | None, record: dict[str, Any]) -> None:
         pass
 
 
+# What this rank asked for and got; "ddp": whether it built a DistributedDataParallel
+# (torch 2.13 segfaults building one under TORCH_DISTRIBUTED_DEBUG=DETAIL).
+_record: dict[str, Any] = {
+    "requested": None,
+    "used": None,
+    "swapped": False,
+    "groups": [],
+    "ddp": False,
+}
+
+
+def patch_ddp(module: ModuleType) -> None:
+    """Note in the record when the rank builds a DistributedDataParallel."""
+    cls = module.DistributedDataParallel
+    real_init = cls.__init__
+    comm_file = os.environ.get(names.COMM_FILE)
+
+    @functools.wraps(real_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not _record["ddp"]:
+            _record["ddp"] = True
+            _write_record(comm_file, _record)
+        real_init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
 def patch(module: ModuleType) -> None:
     """Wrap init_process_group and new_group (and, for a rerun, the collectives)."""
     force = os.environ.get(names.FORCE_GLOO) == "1"
     factor = float(os.environ.get(names.TIMEOUT_FACTOR, "4"))
     comm_file = os.environ.get(names.COMM_FILE)
-    record: dict[str, Any] = {"requested": None, "used": None, "swapped": False, "groups": []}
+    record = _record
     torch = sys.modules["torch"]
 
     def swapped(backend: object) -> str:
@@ -228,15 +256,23 @@ def patch(module: ModuleType) -> None:
 
 
 class _PatchOnLoad:
-    """A meta-path finder that patches TARGET right after it executes, then steps aside."""
+    """A meta-path finder that patches its modules right after they execute, then steps aside."""
+
+    def __init__(self, patches: dict[str, Callable[[ModuleType], None]]) -> None:
+        self._patches = patches
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> ModuleSpec | None:
-        if fullname != TARGET:
+        patcher = self._patches.pop(fullname, None)
+        if patcher is None:
             return None
-        sys.meta_path.remove(self)
+        sys.meta_path.remove(self)  # find the real spec without us
         from importlib.util import find_spec
 
-        spec = find_spec(fullname)
+        try:
+            spec = find_spec(fullname)
+        finally:
+            if self._patches:
+                sys.meta_path.insert(0, self)
         loader = spec.loader if spec is not None else None
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -245,19 +281,23 @@ class _PatchOnLoad:
         def exec_module(module: ModuleType) -> None:
             real_exec(module)
             try:
-                patch(module)
+                patcher(module)
             except Exception as exc:  # the job runs unpatched rather than not at all
-                print(f"safelaunch: could not patch {TARGET}: {exc!r}", file=sys.stderr)
+                print(f"safelaunch: could not patch {fullname}: {exc!r}", file=sys.stderr)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 def install() -> None:
-    """Patch torch.distributed when (if ever) the script loads it."""
+    """Patch torch.distributed (and DDP) when (if ever) the script loads them."""
     if not (os.environ.get(names.COMM_FILE) or os.environ.get(names.FORCE_GLOO)):
         return
-    if TARGET in sys.modules:  # imported by a sitecustomize before us: patch in place
-        patch(sys.modules[TARGET])
-        return
-    sys.meta_path.insert(0, _PatchOnLoad())
+    patches: dict[str, Callable[[ModuleType], None]] = {}
+    for name, patcher in ((TARGET, patch), (DDP_MODULE, patch_ddp)):
+        if name in sys.modules:  # imported by a sitecustomize before us: patch in place
+            patcher(sys.modules[name])
+        else:
+            patches[name] = patcher
+    if patches:
+        sys.meta_path.insert(0, _PatchOnLoad(patches))

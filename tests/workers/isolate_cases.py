@@ -6,6 +6,7 @@ shape: rank 1 all-reduces a tensor of another shape
 flaky: fails at step 3, except in a rerun (SAFELAUNCH_RERUN); reports steps, loops long
        (FLAKY_SLOW: a step of the rerun takes 5 s)
 plain: trains and succeeds
+late_ddp: every rank fails after a first all_reduce, except in a rerun; DDP comes after
 transport: rank 1 fails unless NCCL_SHM_DISABLE=1
 distributed: rank 1 fails only when there are several ranks
 """
@@ -37,6 +38,10 @@ def main():
         raise RuntimeError("unhandled system error: shm transport failed")
     if CASE == "distributed" and rank == 1 and world > 1:
         raise RuntimeError("rank 1 got a different shard count")
+    if CASE == "late_ddp":
+        dist.all_reduce(torch.ones(3))
+        if "SAFELAUNCH_RERUN" not in os.environ:
+            raise RuntimeError("lost the connection before building the model")
     if CASE == "shape":
         dist.all_reduce(torch.ones(3))
         dist.all_reduce(torch.ones(4 + rank))
