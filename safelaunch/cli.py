@@ -237,8 +237,14 @@ def command(**raw: Any) -> None:
     # Imported here: `--help` and usage errors should not pay for it.
     from safelaunch.launch import run
 
+    ctx = click.get_current_context()
+    explicit = frozenset(
+        name
+        for name in raw
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+    )
     try:
-        code = run(build_config(raw, os.environ), console)
+        code = run(build_config(raw, os.environ, explicit), console)
     except SafelaunchError as exc:
         console.say(exc.render(), "error")
         code = exc.exit_code

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from safelaunch.errors import ConfigError
+from safelaunch.slurm import slurm_defaults
 
 NPROC_NAMES = ("gpu", "cpu", "auto")
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
@@ -85,6 +86,8 @@ class LaunchConfig:
     debug_profile: str = "default"  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too
     preflight: bool = True  # False: only what must be resolved (rank count, port)
+    local_addr: str | None = None  # multi-node: the address this node advertises
+    origins: tuple[str, ...] = ()  # values taken from SLURM: "nnodes=2 (SLURM_JOB_NUM_NODES)"
     isolate: str = "auto"  # the Gloo rerun after a failure: auto | always | never
     isolate_timeout: float = 600.0  # cap on each isolation rerun, seconds
     isolate_single: bool = False  # also rerun with one rank
@@ -223,25 +226,47 @@ def parse_signals(text: str) -> tuple[signal.Signals, ...]:
     return tuple(signals)
 
 
+def _check_multi_node(raw: Mapping[str, Any], nnodes: tuple[int, int]) -> None:
+    """What torchrun would refuse, or would only fail on later, for --nnodes > 1."""
+    low, high = nnodes
+    if raw["standalone"]:
+        raise ConfigError(
+            f"--standalone with --nnodes={low}:{high}", "--standalone is one node: drop one"
+        )
+    if raw["rdzv_backend"] == "static":
+        if low != high:
+            raise ConfigError(
+                f"--nnodes={low}:{high} with the static rendezvous",
+                "static needs a fixed node count; use --rdzv-backend=c10d for MIN:MAX",
+            )
+        if not 0 <= raw["node_rank"] < high:
+            raise ConfigError(
+                f"--node-rank={raw['node_rank']} with --nnodes={high}",
+                f"give each node a rank from 0 to {high - 1}",
+            )
+    elif not raw["rdzv_endpoint"]:
+        raise ConfigError(
+            f"--rdzv-backend={raw['rdzv_backend']} needs --rdzv-endpoint with --nnodes > 1",
+            "e.g. --rdzv-endpoint=node0.example:29400 (the same on every node)",
+        )
+
+
 def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """Refuse what would change the job's meaning; return notices for the rest."""
     nnodes = raw["nnodes"]
-    if nnodes[1] > 1:
-        raise ConfigError(
-            f"--nnodes={nnodes[0]}:{nnodes[1]}: multi-node launch is not supported yet",
-            "run one node per job with --nnodes=1, or use torchrun for multi-node for now",
-        )
-    if raw["node_rank"] != 0:
-        raise ConfigError(
-            f"--node-rank={raw['node_rank']}: multi-node launch is not supported yet",
-            "a single-node job has node rank 0",
-        )
+    multi = nnodes[1] > 1
     if raw["rdzv_backend"] in ("etcd", "etcd-v2"):
         raise ConfigError(
             f"--rdzv-backend={raw['rdzv_backend']} is not supported yet", "use static or c10d"
         )
+    if not multi and raw["node_rank"] != 0:
+        raise ConfigError(
+            f"--node-rank={raw['node_rank']} with one node", "a single-node job has node rank 0"
+        )
+    if multi:
+        _check_multi_node(raw, nnodes)
     notices = []
-    if raw["rdzv_endpoint"] and not raw["standalone"]:
+    if raw["rdzv_endpoint"] and not raw["standalone"] and not multi:
         notices.append(
             f"--rdzv-endpoint={raw['rdzv_endpoint']} is not used: a one-node job needs "
             "no rendezvous store (rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT)"
@@ -255,7 +280,7 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
         )
     if raw["numa_binding"]:
         notices.append(f"--numa-binding={raw['numa_binding']} is not supported yet")
-    if raw["local_addr"]:
+    if raw["local_addr"] and not multi:
         notices.append("--local-addr has no effect on a single node")
     if raw["run_path"] and raw["start_method"] != "spawn":
         notices.append(
@@ -265,9 +290,24 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(notices)
 
 
-def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchConfig:
-    """Turn the CLI's raw option values into a validated LaunchConfig."""
+def build_config(
+    raw: Mapping[str, Any],
+    environ: Mapping[str, str],
+    explicit: frozenset[str] | None = None,
+) -> LaunchConfig:
+    """Turn the CLI's raw option values into a validated LaunchConfig.
+
+    `explicit`: the options the user gave (command line, PET_/SAFELAUNCH_ variable,
+    --config); inside SLURM the others may come from SLURM's environment.
+    """
     values = dict(raw)
+    origins: list[str] = []
+    if explicit is not None:
+        for name, (value, source) in slurm_defaults(environ).items():
+            if name not in explicit:
+                values[name] = value
+                origins.append(f"{name}={value} ({source})")
+    raw = values
     values["nnodes"] = parse_nnodes(str(raw["nnodes"]))
     notices = unsupported_yet(values)
     return LaunchConfig(
@@ -305,6 +345,8 @@ def build_config(raw: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchCo
         debug_profile=raw.get("debug_profile", "default"),
         strict=raw.get("strict", False),
         preflight=not raw.get("no_preflight", False),
+        local_addr=raw["local_addr"] or None,
+        origins=tuple(origins),
         isolate=raw.get("isolate", "auto"),
         isolate_timeout=raw.get("isolate_timeout", 600.0),
         isolate_single=raw.get("isolate_single", False),

@@ -30,3 +30,14 @@ class PreflightError(SafelaunchError):
     """The environment cannot run the job; found before any rank started."""
 
     exit_code = exitcodes.PREFLIGHT
+
+
+class RendezvousError(SafelaunchError):
+    """Multi-node: the nodes could not come together, or disagree on what they run."""
+
+    exit_code = exitcodes.NODE_LOST
+
+    def __init__(self, message: str, fix: str | None = None, *, preflight: bool = False) -> None:
+        super().__init__(message, fix)
+        if preflight:  # found by comparing the nodes' facts: an environment problem
+            self.exit_code = exitcodes.PREFLIGHT

@@ -7,6 +7,7 @@ itself decides.
 
 SUCCESS = 0
 USAGE = 2  # bad flag or value: nothing was started (click and argparse use 2 too)
+NODE_LOST = 69  # multi-node: a node never joined, or vanished during the job (EX_UNAVAILABLE)
 INTERNAL = 70  # a bug in safelaunch (sysexits EX_SOFTWARE); please report it
 PREFLIGHT = 78  # an environment check failed before any rank started (EX_CONFIG)
 HANG = 124  # a hang was detected and the job torn down (timeout(1)'s convention)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
+import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -33,10 +35,12 @@ from safelaunch.diagnose.isolation import (
     transport_reruns,
     transport_verdict,
 )
+from safelaunch.diagnose.nodes import JobVerdict, conclude_job, node_summary
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.outcome import INTERRUPTED, Outcome, outcome_of, signal_name
 from safelaunch.plan import LaunchPlan, Rerun, RunIdentity, Timebox, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
+from safelaunch.rendezvous import Membership, join
 from safelaunch.report import (
     exit_code,
     isolation_record,
@@ -77,6 +81,7 @@ class Session:
     console: Console
     keeper_pid: int
     table: Sequence[Signature]
+    membership: Membership | None = None  # multi-node only
 
 
 def new_run(config: LaunchConfig) -> RunIdentity:
@@ -105,11 +110,14 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
     where = shown_path(plan.attempt_dir)
     if plan.attempt:
         return f"restart {plan.attempt} of {config.max_restarts}: logs in {where}"
-    last = preflight.nproc - 1
+    first, last = plan.workers[0].rank, plan.workers[-1].rank
+    env = plan.workers[0].env
     lines = [
         f"{preflight.nproc} rank(s) ({preflight.nproc_reason}), "
-        f"MASTER_ADDR={preflight.master_addr} MASTER_PORT={preflight.master_port.port}",
-        f"logs: {where}/rank{{0..{last}}}.log" if last else f"logs: {where}/rank0.log",
+        f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}",
+        f"logs: {where}/rank{{{first}..{last}}}.log"
+        if last > first
+        else f"logs: {where}/rank{first}.log",
     ]
     lines.extend(preflight.gpu_lines)
     if plan.env_choices:
@@ -131,9 +139,14 @@ def run(config: LaunchConfig, console: Console) -> int:
     identity = new_run(config)
     receiver = SignalReceiver(config.signals_to_handle)
     keeper: Keeper | None = None
+    membership: Membership | None = None
     try:
         become_subreaper()
         keeper = Keeper.start(identity.token)  # before any thread exists
+        if config.origins:
+            console.say("from SLURM (flags win): " + ", ".join(config.origins))
+        if config.nnodes[1] > 1:
+            membership = _join(config, preflight, console)
         receiver.install()
         point_latest(config.log_dir, identity.run_id)
         session = Session(
@@ -144,9 +157,12 @@ def run(config: LaunchConfig, console: Console) -> int:
             console=console,
             keeper_pid=keeper.pid,
             table=table,
+            membership=membership,
         )
         return _attempts(session)
     finally:
+        if membership is not None:
+            membership.leave(timeout=LEAVE_TIMEOUT)
         receiver.restore()
         if keeper is not None:
             keeper.stop()
@@ -154,32 +170,129 @@ def run(config: LaunchConfig, console: Console) -> int:
         shutil.rmtree(identity.private_dir, ignore_errors=True)
 
 
+def _join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
+    """Multi-node: torch's rendezvous, the nodes' facts compared, this node placed."""
+    where = (
+        f"c10d at {config.rdzv_endpoint}"
+        if config.rdzv_backend == "c10d"
+        else f"static at {config.master_addr or '127.0.0.1'}:{config.master_port or 29500}"
+    )
+    low, high = config.nnodes
+    count = str(low) if low == high else f"{low}-{high}"
+    console.say(f"rendezvous ({where}): waiting for {count} node(s)")
+    host = config.local_addr or socket.getfqdn()
+    membership = join(config, preflight.nproc, preflight.node_facts, host)
+    place = membership.placement
+    last = place.base_rank + preflight.nproc - 1
+    console.say(
+        f"node {place.node} of {place.nodes} ({host}): ranks {place.base_rank}-{last} of "
+        f"{place.world_size}; every node checked alike (torch, CUDA, NCCL, driver, GPUs)"
+    )
+    return membership
+
+
 def _attempts(session: Session) -> int:
     config, preflight, console = session.config, session.preflight, session.console
-    receiver = session.receiver
+    receiver, membership = session.receiver, session.membership
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json
     for attempt in range(config.max_restarts + 1):
-        plan = build_plan(config, preflight, session.identity, attempt)
+        late = receiver.take() if attempt else []
+        if membership is not None:  # every node starts the attempt, or none does
+            stopping, missing = membership.start_attempt(attempt, not late, START_TIMEOUT)
+            if stopping or missing:
+                return _nodes_not_starting(session, attempt, stopping, missing, late)
+        if late:  # a signal between attempts: do not start another
+            console.say(f"received {signal_name(late[0])} before the restart: stopping")
+            return exitcodes.for_signal(late[0])
+        placement = (
+            membership.placement_for(attempt, START_TIMEOUT) if membership is not None else None
+        )
+        plan = build_plan(config, preflight, session.identity, attempt, placement=placement)
         logs_ok = open_attempt_logs(plan, console)
         console.say(banner(config, preflight, plan))
         if attempt == 0 and preflight.warnings:
             console.say("\n".join(preflight.warnings), "warning")
         try:
             record = supervise(
-                plan, console, receiver, logs_ok=logs_ok, keeper_pid=session.keeper_pid
+                plan,
+                console,
+                receiver,
+                logs_ok=logs_ok,
+                keeper_pid=session.keeper_pid,
+                peers=membership.watch(attempt) if membership is not None else None,
             )
             concluded = _conclude(record, console, config.max_restarts, session.table, history)
+            if membership is not None:
+                job = _conclude_nodes(session, membership, attempt, concluded)
+                retry, code = job.retryable, job.code
+            else:
+                retry, code = concluded.outcome.retryable, concluded.code
         finally:
             console.close_log()
-        if not concluded.outcome.retryable or attempt == config.max_restarts:
-            if concluded.outcome.retryable:
+        if not retry or attempt == config.max_restarts:
+            if retry and membership is None:
                 _isolate(session, plan, concluded)
-            return concluded.code
-        late = receiver.take()
-        if late:  # a signal between attempts: do not start another
-            console.say(f"received {signal_name(late[0])} before the restart: stopping")
-            return exitcodes.for_signal(late[0])
+            elif retry:
+                console.say("isolation: no Gloo rerun: not available for multi-node jobs yet")
+            return code
     raise AssertionError("unreachable: the last attempt always returns")
+
+
+def _conclude_nodes(
+    session: Session, membership: Membership, attempt: int, concluded: Concluded
+) -> JobVerdict:
+    """Every node's summary exchanged; the same verdict drawn on every node, and reported."""
+    place = membership.placement
+    mine = node_summary(
+        concluded.outcome, concluded.diagnosis, concluded.code, place.node, place.hosts[place.node]
+    )
+    timeout = session.config.shutdown_timeout + membership.lost_after + END_SLACK
+    summaries = membership.end_attempt(attempt, mine, timeout)
+    job = conclude_job(
+        summaries, place.hosts, membership.first_stop(attempt), membership.lost_after
+    )
+    if job.lines:
+        session.console.say(
+            f"job ({place.nodes} nodes): "
+            + "\n  ".join(job.lines)
+            + f"\nexit code {job.code} on every node"
+        )
+    concluded.report["job"] = {
+        "node": place.node,
+        "nodes": place.nodes,
+        "hosts": list(place.hosts),
+        "status": job.status,
+        "exit_code": job.code,
+        "root_node": job.root_node,
+        "lost_nodes": list(job.lost),
+        "summary": list(job.lines),
+    }
+    write_report(concluded.outcome.attempt_dir / "report.json", concluded.report)
+    return job
+
+
+def _nodes_not_starting(
+    session: Session, attempt: int, stopping: list[int], missing: list[int], late: list[int]
+) -> int:
+    """Some node will not start the next attempt: none does. The code says why."""
+    membership = session.membership
+    assert membership is not None
+    names = [membership.describe(n) for n in stopping + missing]
+    if late:
+        session.console.say(f"received {signal_name(late[0])} before the restart: stopping")
+        return exitcodes.for_signal(late[0])
+    if stopping:
+        session.console.say(f"{', '.join(names)} stopped before attempt {attempt}: stopping too")
+        return exitcodes.for_signal(signal.SIGTERM)
+    session.console.say(
+        f"{', '.join(names)} did not come to attempt {attempt} within {START_TIMEOUT:g} s: stopping"
+    )
+    return exitcodes.NODE_LOST
+
+
+START_TIMEOUT = 120.0  # every node reaches an attempt's start within this
+END_SLACK = 30.0  # diagnosis and report time on top of the teardown, before a node counts as lost
+LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read the verdict
 
 
 def _conclude(

@@ -70,6 +70,7 @@ class Outcome:
     attempt_dir: Path
     hang: HangEvidence | None = None
     timebox_note: str | None = None  # an isolation rerun: why it was stopped early
+    peer_event: str | None = None  # multi-node: another node made this one stop
 
     @property
     def retryable(self) -> bool:
@@ -124,6 +125,8 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         code = exitcodes.SUCCESS
     elif first is not None:
         status, code = FAILED, first.shell_code
+    elif record.teardown_cause == "peer":  # the cause is on another node
+        status, code = FAILED, 1
     else:
         status, code = SUCCEEDED, exitcodes.SUCCESS
     return Outcome(
@@ -140,4 +143,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         attempt_dir=record.plan.attempt_dir,
         hang=record.hang,
         timebox_note=record.timebox_note,
+        peer_event=record.peer_event,
     )

@@ -17,6 +17,7 @@ from safelaunch.config import STD_ALL, STD_ERR, STD_OUT, LaunchConfig
 from safelaunch.debugenv import PROFILES
 from safelaunch.preflight import PreflightReport
 from safelaunch.rank import names
+from safelaunch.rendezvous import Placement
 
 TOKEN_VAR = "SAFELAUNCH_RUN_TOKEN"  # lets the sweep find descendants that left our tree
 ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
@@ -104,6 +105,7 @@ class LaunchPlan:
     hang_timeout: float  # 0: off
     heartbeat_interval: float
     rerun: Rerun | None = None  # an isolation rerun, not an attempt of the job
+    node: int | None = None  # multi-node: this node's rank, shown in the console prefix
 
 
 def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
@@ -159,10 +161,24 @@ def rank_env(
     local_rank: int,
     error_file: Path,
     rerun: Rerun | None = None,
+    placement: Placement | None = None,
 ) -> Mapping[str, str]:
     """The full, frozen environment of one rank."""
     nproc = rerun.nproc if rerun is not None and rerun.nproc else preflight.nproc
-    rank = config.node_rank * nproc + local_rank
+    if placement is None:  # one node: rank 0 hosts the workers' store
+        placement = Placement(
+            node=0,
+            nodes=1,
+            base_rank=0,
+            world_size=nproc,
+            master_addr=preflight.master_addr,
+            master_port=preflight.master_port.port,
+            run_id=config.rdzv_id or run.run_id,
+            hosts=(),
+            nprocs=(nproc,),
+        )
+    multi_node = placement.nodes > 1
+    rank = placement.base_rank + local_rank
     attempt_dir = error_file.parent
     env = dict(base)
     for choice in choices:  # only safelaunch's own values carry placeholders
@@ -173,21 +189,22 @@ def rank_env(
         {
             "RANK": str(rank),
             "LOCAL_RANK": str(local_rank),
-            "GROUP_RANK": str(config.node_rank),
+            "GROUP_RANK": str(placement.node),
             "ROLE_RANK": str(rank),
             "ROLE_NAME": config.role,
             "LOCAL_WORLD_SIZE": str(nproc),
-            "WORLD_SIZE": str(nproc * config.nnodes[1]),
-            "GROUP_WORLD_SIZE": str(config.nnodes[1]),
-            "ROLE_WORLD_SIZE": str(nproc * config.nnodes[1]),
-            "MASTER_ADDR": preflight.master_addr,
-            "MASTER_PORT": str(preflight.master_port.port),
+            "WORLD_SIZE": str(placement.world_size),
+            "GROUP_WORLD_SIZE": str(placement.nodes),
+            "ROLE_WORLD_SIZE": str(placement.world_size),
+            "MASTER_ADDR": placement.master_addr,
+            "MASTER_PORT": str(placement.master_port),
             "TORCHELASTIC_RESTART_COUNT": str(attempt),
             "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
-            "TORCHELASTIC_RUN_ID": config.rdzv_id or run.run_id,
-            # The launcher never imports torch, so it hosts no TCPStore: rank 0
-            # does, as with a plain env:// init (documented difference).
-            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCHELASTIC_RUN_ID": placement.run_id,
+            # One node: the launcher never imports torch, so it hosts no TCPStore and
+            # rank 0 does, as with a plain env:// init (documented difference). Several
+            # nodes: torch's rendezvous hosts it, as under torchrun.
+            "TORCHELASTIC_USE_AGENT_STORE": str(multi_node),
             "TORCHELASTIC_ERROR_FILE": str(error_file),
             "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(s.name for s in config.signals_to_handle),
             ATTEMPT_DIR_VAR: str(error_file.parent),
@@ -235,6 +252,7 @@ def build_plan(
     run: RunIdentity,
     attempt: int,
     rerun: Rerun | None = None,
+    placement: Placement | None = None,
 ) -> LaunchPlan:
     """The attempt's (or an isolation rerun's) plan; pure, so the same inputs give the same plan.
 
@@ -249,7 +267,7 @@ def build_plan(
     bootstrapped = argv[:4] == (sys.executable, "-u", "-c", names.BOOTSTRAP_CODE)
     workers = []
     for local_rank in range(nproc):
-        rank = config.node_rank * nproc + local_rank
+        rank = (placement.base_rank if placement else 0) + local_rank
         error_file = attempt_dir / f"rank{rank}.error.json"
         workers.append(
             WorkerSpec(
@@ -257,7 +275,16 @@ def build_plan(
                 local_rank=local_rank,
                 argv=argv,
                 env=rank_env(
-                    base, choices, config, preflight, run, attempt, local_rank, error_file, rerun
+                    base,
+                    choices,
+                    config,
+                    preflight,
+                    run,
+                    attempt,
+                    local_rank,
+                    error_file,
+                    rerun,
+                    placement,
                 ),
                 log_path=attempt_dir / f"rank{rank}.log",
                 error_file=error_file,
@@ -286,4 +313,5 @@ def build_plan(
         hang_timeout=config.hang_timeout,
         heartbeat_interval=heartbeat_interval(config.hang_timeout),
         rerun=rerun,
+        node=placement.node if placement is not None and placement.nodes > 1 else None,
     )

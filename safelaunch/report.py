@@ -154,6 +154,12 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
         return "\n".join([head, *notes, f"logs: {logs}"])
     if outcome.status == HUNG and diagnosis.hang is not None:
         return render_hang(outcome, diagnosis.hang, logs, attempt)
+    if outcome.peer_event is not None and diagnosis.root_cause is None:
+        lines = [f"STOPPED{attempt}: {outcome.peer_event}"]
+        lines.extend(_group_lines(list(outcome.ranks)))
+        lines.extend(notes)
+        lines.append(f"logs: {logs}")
+        return "\n".join(lines)
     if outcome.status == FAILED and diagnosis.root_cause is not None:
         lines = _failure_lines(outcome, diagnosis, diagnosis.root_cause, attempt)
         lines.extend(notes)
@@ -256,6 +262,8 @@ def report_record(
             "isolation_helps": signature.isolation_helps if signature else None,
         },
         "isolation": None,  # filled in by isolation_record once the reruns are done
+        "stopped_by_node": outcome.peer_event,  # multi-node: another node stopped this one
+        "job": None,  # multi-node: the verdict across nodes (launch fills it in)
         "log_problems": list(outcome.log_problems),
     }
 

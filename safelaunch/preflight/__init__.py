@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from safelaunch.config import LaunchConfig
@@ -29,6 +30,21 @@ class PreflightReport:
     master_port: PortReservation
     gpu_lines: tuple[str, ...] = ()  # local rank -> cuda:N -> physical GPU, for the banner
     warnings: tuple[str, ...] = ()
+    # multi-node: what every node must have alike (compared across nodes at the rendezvous)
+    node_facts: Mapping[str, str | int | None] = field(default_factory=dict)
+
+
+def node_facts(inventory: Inventory, environ: Mapping[str, str]) -> dict[str, str | int | None]:
+    """torch / CUDA / NCCL versions (probed in a subprocess), driver, visible GPU count."""
+    facts = probe_torch()
+    visible = parse_visible(environ.get("CUDA_VISIBLE_DEVICES"), inventory.gpus)
+    return {
+        "torch": facts.torch if facts.import_error is None else f"broken ({facts.import_error})",
+        "cuda": facts.cuda,
+        "nccl": facts.nccl,
+        "driver": inventory.driver_version,
+        "gpus": len(visible.devices),
+    }
 
 
 def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]:
@@ -116,7 +132,11 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
                 )
                 raise PreflightError(finding.message, fix.strip() or None)
         warnings = [f for f in findings if f.level == WARNING]
-    addr, port = reserve_master(config)
+    multi_node = config.nnodes[1] > 1
+    if multi_node:  # the rendezvous gives the workers' store address
+        addr, port = "", PortReservation(port=0, lock_fd=None)
+    else:
+        addr, port = reserve_master(config)
     return PreflightReport(
         nproc=nproc,
         nproc_reason=reason,
@@ -124,4 +144,5 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
         master_port=port,
         gpu_lines=lines,
         warnings=tuple(f"{w.message}; {w.fix}" if w.fix else w.message for w in warnings),
+        node_facts=node_facts(inventory, config.environ) if multi_node else {},
     )

@@ -2,7 +2,13 @@
 
 from safelaunch.supervisor.hang import Beat, HangEvidence, RankProgress
 from safelaunch.supervisor.keeper import Keeper
-from safelaunch.supervisor.loop import AttemptRecord, RankExit, open_attempt_logs, supervise
+from safelaunch.supervisor.loop import (
+    AttemptRecord,
+    PeerWatch,
+    RankExit,
+    open_attempt_logs,
+    supervise,
+)
 from safelaunch.supervisor.procs import become_subreaper
 from safelaunch.supervisor.signals import SignalReceiver
 
@@ -11,6 +17,7 @@ __all__ = [
     "Beat",
     "HangEvidence",
     "Keeper",
+    "PeerWatch",
     "RankExit",
     "RankProgress",
     "SignalReceiver",

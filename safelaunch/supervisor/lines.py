@@ -66,8 +66,13 @@ class LineAssembler:
         return text or None
 
 
-def rank_label(rank: int, width: int) -> str:
-    """`[rank0]:` for up to 10 ranks, `[rank 0]:` / `[rank15]:` when widths differ."""
+def rank_label(rank: int, width: int, node: int | None = None) -> str:
+    """`[rank0]:` for up to 10 ranks, `[rank 0]:` / `[rank15]:` when widths differ.
+
+    With several nodes the node comes first: `[node1/rank2]:`.
+    """
+    if node is not None:
+        return f"[node{node}/rank{rank:>{width}}]:"
     return f"[rank{rank:>{width}}]:"
 
 

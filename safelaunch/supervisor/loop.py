@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, Timebox, WorkerSpec
@@ -46,6 +47,16 @@ CANNOT_RUN = 127  # shell convention for "command could not be run"
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
 
 
+class PeerWatch(Protocol):
+    """Multi-node: the other nodes, as the supervisor sees them (safelaunch.rendezvous)."""
+
+    def poll(self) -> str | None:
+        """Why this node must stop its ranks now (another node stopped, or vanished)."""
+
+    def announce(self, why: str) -> None:
+        """This node is stopping its ranks: tell the others."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankExit:
     """How one rank's process ended (returncode as Popen gives it: -N for signal N)."""
@@ -75,6 +86,7 @@ class AttemptRecord:
     log_problems: tuple[str, ...]
     duration: float
     timebox_note: str | None = None  # why an isolation rerun was stopped early
+    peer_event: str | None = None  # multi-node: why another node made this one stop
 
 
 def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
@@ -102,9 +114,10 @@ def supervise(
     *,
     logs_ok: bool,
     keeper_pid: int | None = None,
+    peers: PeerWatch | None = None,
 ) -> AttemptRecord:
     """Run the attempt to its end; every process it started is gone on return."""
-    return _Attempt(plan, console, signals, logs_ok, keeper_pid).run()
+    return _Attempt(plan, console, signals, logs_ok, keeper_pid, peers).run()
 
 
 class _Attempt:
@@ -115,8 +128,11 @@ class _Attempt:
         signals: SignalReceiver,
         logs_ok: bool,
         keeper_pid: int | None,
+        peers: PeerWatch | None = None,
     ) -> None:
         self._plan = plan
+        self._peers = peers
+        self._peer_event: str | None = None
         self._console = console
         self._signals = signals
         self._logs_ok = logs_ok
@@ -163,6 +179,7 @@ class _Attempt:
             log_problems=tuple(self._log_problems),
             duration=time.monotonic() - self._t0,
             timebox_note=self._timebox_note,
+            peer_event=self._peer_event,
         )
 
     # --- starting -------------------------------------------------------------
@@ -223,7 +240,7 @@ class _Attempt:
             ).start()
 
     def _prefix(self, rank: int, width: int) -> str:
-        label = rank_label(rank, width)
+        label = rank_label(rank, width, self._plan.node)
         if not self._plan.color:
             return label + " "
         return f"\x1b[{_COLOURS[rank % len(_COLOURS)]}m{label}\x1b[0m "
@@ -246,7 +263,14 @@ class _Attempt:
             reap_strays(keep=set(self._ranks_pids()) | self._keeper)
             self._act_on_signals()
             if self._teardown_at is None and self._any_failure():
+                first = min(
+                    (e for e in self._exits.values() if e.returncode != 0),
+                    key=lambda e: e.ended_after,
+                )
+                self._tell_peers(f"rank {first.rank} failed (returncode {first.returncode})")
                 self._begin_teardown("rank failed", signal.SIGTERM)
+            if self._teardown_at is None and self._peers is not None:
+                self._check_peers(self._peers)
             deadline_passed = self._deadline is not None and time.monotonic() >= self._deadline
             if deadline_passed and not self._killed:
                 self._kill_ranks()
@@ -301,6 +325,7 @@ class _Attempt:
         for signum in self._signals.take():
             if self._teardown_at is None:
                 self._interrupt = signum
+                self._tell_peers(f"interrupted by {signal.Signals(signum).name}")
                 self._console.say(
                     f"received {signal.Signals(signum).name}: forwarding it to every rank "
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
@@ -365,7 +390,22 @@ class _Attempt:
             stack_files=collect_stacks(live, self._plan.attempt_dir / "stacks"),
         )
         save_evidence(self._hang, self._plan.attempt_dir / "stacks" / "hang.json")
+        self._tell_peers(f"hang: no progress for {self._plan.hang_timeout:g} s")
         self._begin_teardown("hang", signal.SIGTERM)
+
+    # --- other nodes ----------------------------------------------------------
+
+    def _tell_peers(self, what: str) -> None:
+        if self._peers is not None:
+            self._peers.announce(f"node {self._plan.node}: {what}")
+
+    def _check_peers(self, peers: PeerWatch) -> None:
+        event = peers.poll()
+        if event is None:
+            return
+        self._peer_event = event
+        self._console.say(f"stopping this node's ranks: {event}")
+        self._begin_teardown("peer", signal.SIGTERM)
 
     # --- isolation reruns -----------------------------------------------------
 

@@ -1,0 +1,139 @@
+"""Multi-node: one verdict for the whole job from every node's end-of-attempt summary.
+
+Each node diagnoses its own ranks and publishes a summary through the rendezvous
+store; every node then draws the same conclusion from the same summaries: which node
+and rank is the root cause, the job's exit code, whether all nodes restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safelaunch import exitcodes
+from safelaunch.diagnose import Diagnosis, read_tail
+from safelaunch.diagnose.match import matches
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
+
+CONSEQUENCES = tuple(s for s in SIGNATURES if s.consequence)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobVerdict:
+    """How the attempt ended across all nodes."""
+
+    status: str  # succeeded | failed | hung | interrupted
+    code: int
+    lines: tuple[str, ...]  # for the summary, root cause first
+    lost: tuple[int, ...]  # nodes that never reported
+    root_node: int | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """Restart every node: a failure or hang, with every node still there."""
+        return self.status in (FAILED, HUNG) and not self.lost
+
+
+def node_summary(
+    outcome: Outcome, diagnosis: Diagnosis, code: int, node: int, host: str
+) -> dict[str, Any]:
+    """What this node tells the others about its attempt (JSON-able)."""
+    root = diagnosis.root_cause
+    signature = diagnosis.signature
+    hang = diagnosis.hang
+    return {
+        "node": node,
+        "host": host,
+        "status": outcome.status,
+        "code": code,
+        "stopped_by_peer": outcome.peer_event is not None and root is None,
+        "root": None
+        if root is None
+        else {
+            "rank": root.rank,
+            "how": root.how_it_ended(),
+            "class": diagnosis.klass,
+            "signature": signature.id if signature else None,
+            "consequence": signature is None and _only_consequences(root.log_path),
+            "error": diagnosis.error.line if diagnosis.error else diagnosis.evidence,
+            "location": diagnosis.error.location if diagnosis.error else None,
+        },
+        "hang": None if hang is None else {"culprits": list(hang.culprits), "reason": hang.reason},
+    }
+
+
+def _only_consequences(log: Path) -> bool:
+    """The rank's log shows only what a peer's death causes (connection closed, ...)."""
+    return bool(matches(read_tail(log), None, CONSEQUENCES))
+
+
+def _origin(first_stop: str | None) -> int | None:
+    """The node that announced the first stop: `node 1: rank 3 failed ...` -> 1."""
+    if not first_stop or not first_stop.startswith("node "):
+        return None
+    number = first_stop[5:].split(":", 1)[0]
+    return int(number) if number.isdigit() else None
+
+
+def _failure_line(summary: Mapping[str, Any]) -> str:
+    root = summary["root"]
+    where = f"node {summary['node']} ({summary['host']})"
+    what = root["signature"] or root["class"] or "unknown"
+    line = f"FAILED on {where}: rank {root['rank']} {root['how']} ({what})"
+    if root.get("error"):
+        line += f": {root['error']}"
+    if root.get("location"):
+        line += f" at {root['location']}"
+    return line
+
+
+def conclude_job(
+    summaries: Sequence[Mapping[str, Any] | None],
+    hosts: Sequence[str],
+    first_stop: str | None,
+    lost_after: float,
+) -> JobVerdict:
+    """The job's status, exit code and root cause from every node's summary."""
+    lost = tuple(node for node, s in enumerate(summaries) if s is None)
+    present = [s for s in summaries if s is not None]
+    lines = [
+        f"node {node} ({hosts[node] if node < len(hosts) else '?'}) was lost: no report "
+        f"within {lost_after:g} s (its launcher died, or the network failed); its ranks "
+        "are the likely cause of what the others saw"
+        for node in lost
+    ]
+    interrupted = [s for s in present if s["status"] == INTERRUPTED]
+    if interrupted:
+        first = interrupted[0]
+        lines.insert(0, f"INTERRUPTED on node {first['node']} ({first['host']})")
+        return JobVerdict(
+            status=INTERRUPTED, code=int(first["code"]), lines=tuple(lines), lost=lost
+        )
+    origin = _origin(first_stop)
+    failed = [s for s in present if s["status"] == FAILED and s["root"] is not None]
+    causes = [s for s in failed if not s["root"]["consequence"]] or failed
+    if causes:
+        root = next((s for s in causes if s["node"] == origin), causes[0])
+        lines.insert(0, _failure_line(root))
+        code = exitcodes.NODE_LOST if lost else int(root["code"])
+        return JobVerdict(
+            status=FAILED, code=code, lines=tuple(lines), lost=lost, root_node=root["node"]
+        )
+    hung = [s for s in present if s["status"] == HUNG]
+    if hung:
+        for summary in hung:
+            hang = summary["hang"] or {}
+            culprits = ",".join(map(str, hang.get("culprits", [])))
+            who = f"likely culprit rank {culprits}: " if culprits else ""
+            lines.append(
+                f"HUNG on node {summary['node']} ({summary['host']}): {who}{hang.get('reason', '')}"
+            )
+        return JobVerdict(status=HUNG, code=exitcodes.HANG, lines=tuple(lines), lost=lost)
+    if lost or any(s["status"] != SUCCEEDED for s in present):
+        if not lost:
+            lines.append(f"stopped: {first_stop or 'another node stopped'}")
+        return JobVerdict(status=FAILED, code=exitcodes.NODE_LOST, lines=tuple(lines), lost=lost)
+    return JobVerdict(status=SUCCEEDED, code=exitcodes.SUCCESS, lines=(), lost=())

@@ -1,0 +1,139 @@
+"""The one launcher module that imports torch: torch's rendezvous handlers and TCPStore.
+
+Imported only for --nnodes > 1 (torchrun imports torch for every launch). The
+handlers are torch's own: c10d (DynamicRendezvousHandler: join, node ranks, keep-alive,
+a shared TCPStore for the workers) and static (a TCPStore on node 0 at
+MASTER_ADDR:MASTER_PORT that every node's launcher and worker connects to).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from safelaunch.config import LaunchConfig
+from safelaunch.errors import RendezvousError
+from safelaunch.rendezvous import Joined
+
+STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
+
+
+class TextStore:
+    """torch's store with str values and one lock (the liveness thread shares it)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+
+    def set(self, key: str, value: str) -> None:
+        with self._lock:
+            self._store.set(key, value)
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            return bytes(self._store.get(key))
+
+    def add(self, key: str, amount: int) -> int:
+        with self._lock:
+            return int(self._store.add(key, amount))
+
+    def check(self, keys: list[str]) -> bool:
+        with self._lock:
+            return bool(self._store.check(keys))
+
+
+def _parameters(config: LaunchConfig) -> Any:
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    low, high = config.nnodes
+    conf: dict[str, object] = dict(config.rdzv_conf)
+    run_id = config.rdzv_id or "none"
+    if config.rdzv_backend == "static":
+        port = config.master_port or STATIC_DEFAULT_PORT
+        endpoint = f"{config.master_addr or '127.0.0.1'}:{port}"
+        conf["rank"] = config.node_rank
+        conf.setdefault("timeout", conf.get("join_timeout", "600"))
+    else:
+        endpoint = config.rdzv_endpoint
+    return RendezvousParameters(
+        backend=config.rdzv_backend,
+        endpoint=endpoint,
+        run_id=run_id,
+        min_nodes=low,
+        max_nodes=high,
+        local_addr=config.local_addr,
+        **conf,
+    )
+
+
+def quiet_torch_logs() -> None:
+    """The launcher's own torch: no C++ warnings when a peer's store closes at the end.
+
+    Set before torch loads; the ranks' environment was copied earlier and keeps the
+    user's settings.
+    """
+    import logging
+
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+
+
+def serve_workers_store(addr: str) -> tuple[Any, int]:
+    """A fresh TCPStore for one attempt's workers (they connect as clients): (store, port).
+
+    Fresh per attempt: the workers' keys (Gloo's peer addresses) must not outlive it.
+    """
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    store = TCPStore(
+        addr,
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        multi_tenant=True,
+        timeout=timedelta(seconds=900),
+    )
+    return store, int(store.port)
+
+
+def rendezvous(config: LaunchConfig) -> tuple[Joined, TextStore]:
+    """Join through torch's handler; this node's place and safelaunch's view of the store."""
+    quiet_torch_logs()
+    try:
+        from torch.distributed import PrefixStore  # type: ignore[attr-defined]
+        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+    except Exception as exc:  # torch missing or broken: multi-node cannot start
+        raise RendezvousError(
+            f"multi-node launch needs torch in the launcher's environment: {exc}",
+            "install torch (pip install torch), or run safelaunch doctor",
+        ) from None
+    try:
+        handler = get_rendezvous_handler(_parameters(config))
+        info = handler.next_rendezvous()
+    except Exception as exc:
+        where = (
+            config.rdzv_endpoint
+            if config.rdzv_backend == "c10d"
+            else f"{config.master_addr or '127.0.0.1'}:{config.master_port or STATIC_DEFAULT_PORT}"
+        )
+        raise RendezvousError(
+            f"rendezvous ({config.rdzv_backend} at {where}) failed: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            "check that every node runs safelaunch with the same --nnodes and rendezvous flags "
+            "and that the endpoint is reachable from all of them",
+        ) from None
+    store_info = info.bootstrap_store_info
+    if store_info is None:  # not from torch 2.13's c10d or static handlers
+        raise RendezvousError("the rendezvous gave no store for the workers", "use c10d or static")
+    ours = PrefixStore(f"safelaunch/{config.rdzv_id or 'none'}", info.store)
+    joined = Joined(
+        node=info.rank,
+        nodes=info.world_size,
+        master_addr=store_info.master_addr,
+        master_port=int(store_info.master_port),
+        shutdown=handler.shutdown,
+    )
+    return joined, TextStore(ours)
