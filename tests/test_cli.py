@@ -23,10 +23,12 @@ def _nothing_started(tmp_path: Path) -> bool:
         (["--nproc-per-node=zero"], exitcodes.USAGE, "is not a number of ranks"),
         (["--nproc-per-node=0"], exitcodes.USAGE, "must be at least 1"),
         (["--max-restarts=x"], exitcodes.USAGE, "'x' is not a valid integer"),
-        (["--nnodes=2"], exitcodes.USAGE, "multi-node launch is not supported yet"),
-        (["--nnodes=1:4"], exitcodes.USAGE, "multi-node launch is not supported yet"),
+        (["--nnodes=1:4"], exitcodes.USAGE, "static needs a fixed node count"),
         (["--nnodes=3:1"], exitcodes.USAGE, "needs 0 < MIN <= MAX"),
-        (["--node-rank=1"], exitcodes.USAGE, "multi-node launch is not supported yet"),
+        (["--node-rank=1"], exitcodes.USAGE, "a single-node job has node rank 0"),
+        (["--nnodes=2", "--node-rank=2"], exitcodes.USAGE, "give each node a rank from 0 to 1"),
+        (["--nnodes=2", "--rdzv-backend=c10d"], exitcodes.USAGE, "needs --rdzv-endpoint"),
+        (["--nnodes=2", "--standalone"], exitcodes.USAGE, "--standalone is one node"),
         (["--rdzv-backend=etcd"], exitcodes.USAGE, "is not supported yet"),
         (["--redirects=5"], exitcodes.USAGE, "is not 0-3 or a list"),
         (["--tee=0:9"], exitcodes.USAGE, "is not 0-3 or a list"),
@@ -151,3 +153,24 @@ def test_config_file_sets_options_and_the_command_line_wins(tmp_path: Path) -> N
     assert (
         result.returncode == exitcodes.USAGE and "'nproc' is not a launch option" in result.stderr
     )
+
+
+def test_a_node_alone_gives_up_at_the_join_timeout(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = cli(
+        tmp_path,
+        "--nnodes=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "--rdzv-conf=timeout=2",
+        worker("dump_env.py"),
+    )
+    assert result.returncode == exitcodes.NODE_LOST, result.stderr
+    assert f"rendezvous (static at 127.0.0.1:{port}) failed" in result.stderr
+    assert "1/2 clients joined" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list((tmp_path / "pids").iterdir())

@@ -123,7 +123,8 @@ def conclude_job(
             status=FAILED, code=code, lines=tuple(lines), lost=lost, root_node=root["node"]
         )
     hung = [s for s in present if s["status"] == HUNG]
-    if hung:
+    if hung:  # the nodes that name a culprit first: the others only wait for it
+        hung.sort(key=lambda s: not (s["hang"] or {}).get("culprits"))
         for summary in hung:
             hang = summary["hang"] or {}
             culprits = ",".join(map(str, hang.get("culprits", [])))
@@ -131,7 +132,13 @@ def conclude_job(
             lines.append(
                 f"HUNG on node {summary['node']} ({summary['host']}): {who}{hang.get('reason', '')}"
             )
-        return JobVerdict(status=HUNG, code=exitcodes.HANG, lines=tuple(lines), lost=lost)
+        return JobVerdict(
+            status=HUNG,
+            code=exitcodes.HANG,
+            lines=tuple(lines),
+            lost=lost,
+            root_node=hung[0]["node"],
+        )
     if lost or any(s["status"] != SUCCEEDED for s in present):
         if not lost:
             lines.append(f"stopped: {first_stop or 'another node stopped'}")

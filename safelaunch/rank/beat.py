@@ -45,6 +45,7 @@ class Beater(threading.Thread):
         self._stopped = threading.Event()
         self._writing = threading.Lock()
         self._last_seq: int | None = None
+        self._last_frames: list[tuple[str, int, str]] | None = None
 
     def run(self) -> None:
         while not self._stopped.wait(self._interval):
@@ -59,16 +60,23 @@ class Beater(threading.Thread):
         """
         self._stopped.set()
         with contextlib.suppress(Exception):
-            self.beat()
+            self.beat(final=True)
 
-    def beat(self) -> None:
-        """Sample once and write the record."""
+    def beat(self, final: bool = False) -> None:
+        """Sample once and write the record.
+
+        `final`: from the exiting main thread, whose stack is now the exit path: the
+        last sampled place is kept, only the step and collective count are refreshed.
+        """
         with self._writing:
-            self._beat()
+            self._beat(final)
 
-    def _beat(self) -> None:
-        frame = sys._current_frames().get(self._main_ident)
-        frames = _frames(frame)
+    def _beat(self, final: bool) -> None:
+        if final and self._last_frames is not None:
+            frames = self._last_frames
+        else:
+            frames = _frames(sys._current_frames().get(self._main_ident))
+        self._last_frames = frames
         seq = collective_sequence()
         if seq is None:  # after destroy_process_group: keep how far it got
             seq = self._last_seq

@@ -169,17 +169,24 @@ class Membership:
         return stopping, missing
 
     def gather(self, name: str, mine: str, timeout: float) -> list[str | None]:
-        """Every node's value for `name` (None for a node that gave none in time)."""
-        self._store.set(f"{name}/{self.placement.node}", mine)
+        """Every node's value for `name`; None for a node that gave none in time.
+
+        A node whose liveness counter stopped is not waited for: its launcher is gone.
+        """
         keys = [f"{name}/{node}" for node in range(self.placement.nodes)]
-        self.wait_for(keys, timeout, name)
-        values: list[str | None] = []
-        for key in keys:
-            if self._store.check([key]):
-                values.append(self._store.get(key).decode())
-            else:
-                values.append(None)
-        return values
+        self._store.set(keys[self.placement.node], mine)
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
+            if not missing or now > deadline:
+                break
+            if self._beater is not None and missing <= set(self.lost_nodes(now)):
+                break
+            time.sleep(POLL)
+        return [
+            None if n in missing else self._store.get(key).decode() for n, key in enumerate(keys)
+        ]
 
     def barrier(self, name: str, timeout: float) -> list[int]:
         """Wait for every node to reach `name`; the nodes that did not, in time."""
@@ -209,23 +216,12 @@ class Membership:
 
         A node whose liveness counter stopped is not waited for: its launcher is gone.
         """
-        name = f"attempt/{attempt}/end"
-        keys = [f"{name}/{node}" for node in range(self.placement.nodes)]
         try:
-            self._store.set(keys[self.placement.node], json.dumps(summary))
-            deadline = time.monotonic() + timeout
-            while True:
-                now = time.monotonic()
-                missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
-                if not missing or missing <= set(self.lost_nodes(now)) or now > deadline:
-                    break
-                time.sleep(POLL)
-            return [
-                json.loads(self._store.get(key).decode()) if n not in missing else None
-                for n, key in enumerate(keys)
-            ]
+            values = self.gather(f"attempt/{attempt}/end", json.dumps(summary), timeout)
         except Exception:  # the store itself is gone: so is the node that hosted it
-            return [dict(summary) if n == self.placement.node else None for n in range(len(keys))]
+            values = [None] * self.placement.nodes
+            values[self.placement.node] = json.dumps(summary)
+        return [json.loads(v) if v is not None else None for v in values]
 
     def first_stop(self, attempt: int) -> str | None:
         """The first node's announcement in this attempt, if the store still answers."""

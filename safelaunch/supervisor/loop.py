@@ -41,6 +41,7 @@ from safelaunch.supervisor.spawn import StartedRank, start_rank
 from safelaunch.supervisor.stacks import collect_stacks, save_evidence
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 
+HANG_WORD = "hang:"  # in a node's stop announcement: the others take their stacks too
 STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CANNOT_RUN = 127  # shell convention for "command could not be run"
@@ -351,6 +352,13 @@ class _Attempt:
         if now < self._next_hang_check:
             return
         self._next_hang_check = now + max(0.1, self._plan.heartbeat_interval / 2)
+        progress = self._progress()
+        wall = time.time()
+        if is_hung(progress, wall, self._plan.hang_timeout, self._plan.heartbeat_interval):
+            self._declare_hang(progress, wall)
+
+    def _progress(self) -> list[RankProgress]:
+        """Every live rank's latest sign of progress."""
         progress = []
         for rank, started in self._ranks.items():
             if rank in self._exits:
@@ -370,15 +378,17 @@ class _Attempt:
                     heartbeat=started.spec.bootstrapped and self._plan.hang_timeout > 0,
                 )
             )
-        wall = time.time()
-        if is_hung(progress, wall, self._plan.hang_timeout, self._plan.heartbeat_interval):
-            self._declare_hang(progress, wall)
+        return progress
 
-    def _declare_hang(self, progress: list[RankProgress], wall: float) -> None:
+    def _declare_hang(
+        self, progress: list[RankProgress], wall: float, because: str | None = None
+    ) -> None:
         live = [self._ranks[p.rank] for p in progress]
         states = {s.spec.rank: process_state(s.process.pid) for s in live}
         self._console.say(
-            f"hang: no rank made progress for {self._plan.hang_timeout:g} s "
+            f"hang on {because}: collecting every rank's stack here too, then stopping"
+            if because
+            else f"hang: no rank made progress for {self._plan.hang_timeout:g} s "
             "(--hang-timeout); collecting every rank's stack, then stopping the job"
         )
         self._hang = HangEvidence(
@@ -390,7 +400,8 @@ class _Attempt:
             stack_files=collect_stacks(live, self._plan.attempt_dir / "stacks"),
         )
         save_evidence(self._hang, self._plan.attempt_dir / "stacks" / "hang.json")
-        self._tell_peers(f"hang: no progress for {self._plan.hang_timeout:g} s")
+        if because is None:
+            self._tell_peers(f"{HANG_WORD} no progress for {self._plan.hang_timeout:g} s")
         self._begin_teardown("hang", signal.SIGTERM)
 
     # --- other nodes ----------------------------------------------------------
@@ -404,6 +415,10 @@ class _Attempt:
         if event is None:
             return
         self._peer_event = event
+        progress = self._progress()
+        if HANG_WORD in event and progress:  # where are this node's ranks? the culprit may be here
+            self._declare_hang(progress, time.time(), because=event)
+            return
         self._console.say(f"stopping this node's ranks: {event}")
         self._begin_teardown("peer", signal.SIGTERM)
 

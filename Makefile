@@ -1,0 +1,26 @@
+# Thin wrappers: each target runs the same command the README shows.
+.PHONY: setup example test lint bench doctor clean
+
+VENV := .venv
+PY := $(VENV)/bin/python
+
+setup:  ## a virtual environment with safelaunch, CPU torch 2.13.0 and the test tools
+	python3 -m venv $(VENV) && $(VENV)/bin/pip install -e '.[test]'
+
+example: setup  ## a real 2-rank DDP job on CPU
+	$(VENV)/bin/safelaunch --nproc_per_node=2 scripts/train_toy_ddp.py
+
+test:  ## what CI runs first (sets up .venv itself)
+	scripts/test.sh
+
+lint: setup  ## style, formatting, types, import contracts
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy && $(VENV)/bin/lint-imports
+
+bench: setup  ## safelaunch against torchrun, ratios printed
+	$(PY) bench/vs_torchrun.py && $(PY) bench/hang_detection.py && $(PY) bench/ddp_steps.py
+
+doctor: setup  ## every preflight check on this machine, without launching
+	$(VENV)/bin/safelaunch doctor
+
+clean:
+	rm -rf safelaunch_logs .pytest_cache .mypy_cache .ruff_cache

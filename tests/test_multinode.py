@@ -1,0 +1,241 @@
+"""Multi-node on loopback: two safelaunch processes are two nodes (torch's c10d/static)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_orphans, marked_env, safelaunch_cmd, worker
+
+pytestmark = pytest.mark.slow
+JOB = worker("multinode.py")
+FAST = "keep_alive_interval=1,keep_alive_max_attempt=3"  # a lost node is known within ~3 s
+
+
+def _port() -> int:
+    return random.randint(20000, 45000)
+
+
+def _start(tmp_path: Path, node: int, flags: list[str], env: dict[str, str] | None = None):
+    where = tmp_path / f"node{node}"
+    where.mkdir(exist_ok=True)
+    run_env, mark = marked_env(where, env)
+    proc = subprocess.Popen(
+        safelaunch_cmd("--log-dir", str(where / "logs"), *flags),
+        cwd=where,
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, mark
+
+
+def _two_nodes(tmp_path: Path, per_node, env=None, timeout: float = 120):
+    started = [_start(tmp_path, n, per_node(n), env) for n in (0, 1)]
+    results = []
+    for proc, mark in started:
+        out, err = proc.communicate(timeout=timeout)
+        results.append((proc.returncode, out, err))
+        assert_no_orphans(mark, within=3.0)
+    return results
+
+
+def _c10d(port: int, *extra: str):
+    def flags(node: int) -> list[str]:
+        return [
+            "--nnodes=2",
+            "--nproc-per-node=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=job1",
+            f"--rdzv-conf={FAST}",
+            *extra,
+            JOB,
+        ]
+
+    return flags
+
+
+def _report(tmp_path: Path, node: int, attempt: int = 0) -> dict:
+    run = (tmp_path / f"node{node}" / "logs" / "latest").resolve()
+    return json.loads((run / f"attempt_{attempt}" / "report.json").read_text())
+
+
+def test_two_nodes_train_with_torchruns_rank_assignment(tmp_path: Path) -> None:
+    results = _two_nodes(tmp_path, _c10d(_port()))
+    for node, (code, out, err) in enumerate(results):
+        assert code == 0, err
+        for local in (0, 1):
+            rank = 2 * node + local
+            assert (
+                f"[node{node}/rank{rank}]: trained RANK={rank} LOCAL_RANK={local} "
+                f"GROUP_RANK={node} WORLD_SIZE=4 world=4"
+            ) in out
+        assert f"node {node} of 2" in err and f"ranks {2 * node}-{2 * node + 1} of 4" in err
+
+
+def test_static_rendezvous(tmp_path: Path) -> None:
+    port = _port()
+
+    def flags(node: int) -> list[str]:
+        return [
+            "--nnodes=2",
+            "--nproc-per-node=2",
+            f"--node-rank={node}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            f"--rdzv-conf={FAST}",
+            JOB,
+        ]
+
+    results = _two_nodes(tmp_path, flags)
+    assert [code for code, _, _ in results] == [0, 0], results[1][2]
+    assert "[node1/rank3]: trained RANK=3 LOCAL_RANK=1 GROUP_RANK=1" in results[1][1]
+
+
+def test_a_rank_failing_on_one_node_restarts_every_node(tmp_path: Path) -> None:
+    results = _two_nodes(tmp_path, _c10d(_port(), "--max-restarts=1"), env={"FAIL_RANK": "3"})
+    assert [code for code, _, _ in results] == [0, 0], results[0][2]
+    for node in (0, 1):
+        first = _report(tmp_path, node, 0)["job"]
+        assert first["status"] == "failed" and first["root_node"] == 1
+        again = _report(tmp_path, node, 1)["job"]
+        assert again["status"] == "succeeded" and again["exit_code"] == 0
+
+
+def test_the_first_node_names_the_culprit_on_another_node(tmp_path: Path) -> None:
+    results = _two_nodes(tmp_path, _c10d(_port()), env={"FAIL_RANK": "3"})
+    assert [code for code, _, _ in results] == [1, 1]  # the root cause's code on every node
+    node0 = results[0][2]
+    assert "job (2 nodes): FAILED on node 1" in node0
+    assert "rank 3 exited with code 1" in node0 and "RuntimeError: rank 3 broke" in node0
+    assert f"{JOB}:" in node0  # the file:line in the user's script, from the other node
+
+
+def test_a_hang_is_placed_on_the_node_where_the_culprit_is(tmp_path: Path) -> None:
+    results = _two_nodes(tmp_path, _c10d(_port(), "--hang-timeout=3"), env={"HANG_RANK": "3"})
+    assert [code for code, _, _ in results] == [124, 124], results[0][2]
+    for _, _, err in results:
+        assert "job (2 nodes): HUNG on node" in err
+    job = _report(tmp_path, 0)["job"]
+    culprit_node = job["root_node"]
+    report = _report(tmp_path, culprit_node)
+    assert report["hang"]["culprits"] == [3]  # found where rank 3 runs, even if the other
+    # node noticed first: a node told of a hang takes its own ranks' stacks too
+
+
+def _wait_ready(tmp_path: Path, ranks: int, procs) -> None:
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("node*/pids/ready-*"))) < ranks:
+        assert time.monotonic() < deadline, [p.communicate() for p in procs]
+        assert all(p.poll() is None for p in procs)
+        time.sleep(0.1)
+
+
+def test_a_killed_node_is_reported_by_the_other_within_the_bound(tmp_path: Path) -> None:
+    port = _port()
+    started = [
+        # node 0 hosts the rendezvous store: the node killed is the one that does not
+        _start(tmp_path, n, _c10d(port, f"--rdzv-conf={FAST},is_host={1 - n}")(n), {"FOREVER": "1"})
+        for n in (0, 1)
+    ]
+    (survivor, mark0), (victim, mark1) = started
+    _wait_ready(tmp_path, 4, [survivor, victim])
+    killed_at = time.monotonic()
+    os.kill(victim.pid, signal.SIGKILL)
+    _, err = survivor.communicate(timeout=60)
+    noticed_after = time.monotonic() - killed_at
+    victim.communicate()
+    assert survivor.returncode == 69, err  # a node of the job was lost
+    assert "was lost: no report within 3 s" in err
+    assert noticed_after < 15, noticed_after  # 3 s without a sign of life, plus teardown
+    report = json.loads(
+        (
+            (tmp_path / "node0" / "logs" / "latest").resolve() / "attempt_0" / "report.json"
+        ).read_text()
+    )
+    assert report["job"]["lost_nodes"] and report["job"]["exit_code"] == 69
+    assert_no_orphans(mark1, within=5.0)  # the dead launcher's ranks die with it
+    assert_no_orphans(mark0, within=3.0)
+
+
+def test_a_version_mismatch_stops_every_node_before_training(tmp_path: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "inventories"
+    port = _port()
+    started = [
+        _start(
+            tmp_path,
+            n,
+            _c10d(port)(n),
+            {
+                "SAFELAUNCH_GPU_INVENTORY": str(
+                    fixtures / ("four_gpus.json", "mixed_models.json")[n]
+                )
+            },
+        )
+        for n in (0, 1)
+    ]
+    for proc, mark in started:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 78, err
+        assert "differs between nodes" in err and "visible GPUs" in err
+        assert "trained" not in err
+        assert_no_orphans(mark, within=3.0)
+    assert not list(tmp_path.glob("node*/pids/ready-*"))  # no rank ever ran
+
+
+def test_no_flags_inside_slurm(tmp_path: Path) -> None:
+    job = str(random.randint(100000, 999999))
+
+    def slurm(node: int) -> dict[str, str]:
+        return {
+            "SLURM_JOB_ID": job,
+            "SLURM_JOB_NUM_NODES": "2",
+            "SLURM_NODEID": str(node),
+            "SLURM_JOB_NODELIST": "localhost",
+            "SLURM_GPUS_ON_NODE": "2",
+        }
+
+    started = [_start(tmp_path, n, [f"--rdzv-conf={FAST}", JOB], slurm(n)) for n in (0, 1)]
+    for node, (proc, mark) in enumerate(started):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert (
+            "from SLURM (flags win): nnodes=2 (SLURM_JOB_NUM_NODES), node_rank="
+            f"{node} (SLURM_NODEID), master_addr=localhost (first host of SLURM_JOB_NODELIST)"
+        ) in err
+        assert f"rdzv_id={job} (SLURM_JOB_ID), nproc_per_node=2 (SLURM_GPUS_ON_NODE)" in err
+        assert f"trained RANK={2 * node + 1}" in out
+        assert_no_orphans(mark, within=3.0)
+
+
+def test_scancel_sigterm_on_every_node_ends_the_job_as_slurm_expects(tmp_path: Path) -> None:
+    port = _port()
+    started = [_start(tmp_path, n, _c10d(port)(n), {"FOREVER": "1"}) for n in (0, 1)]
+    procs = [proc for proc, _ in started]
+    _wait_ready(tmp_path, 4, procs)
+    for proc in procs:  # scancel (and the time limit) signal every task of the step
+        proc.send_signal(signal.SIGTERM)
+    for node, (proc, mark) in enumerate(started):
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        assert _report(tmp_path, node)["status"] == "interrupted"
+        assert_no_orphans(mark, within=3.0)
+
+
+def test_elastic_node_count_takes_whoever_joins_up_to_max(tmp_path: Path) -> None:
+    port = _port()
+
+    def flags(node: int) -> list[str]:
+        return [*_c10d(port)(node)[:1], "--nnodes=1:2", *_c10d(port)(node)[1:]]
+
+    results = _two_nodes(tmp_path, flags)
+    assert [code for code, _, _ in results] == [0, 0], results[0][2]
+    assert "WORLD_SIZE=4" in results[0][1] and "WORLD_SIZE=4" in results[1][1]

@@ -1,0 +1,187 @@
+"""Multi-node rules without a second node: SLURM values, rank assignment, facts, verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from safelaunch.config import build_config
+from safelaunch.diagnose.nodes import conclude_job
+from safelaunch.errors import ConfigError
+from safelaunch.rendezvous import assign, fact_mismatches
+from safelaunch.slurm import first_host, slurm_defaults
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "first"),
+    [
+        ("gpu-[01-03,07]", "gpu-01"),
+        ("gpu-[07,01-03]", "gpu-07"),  # SLURM's order is kept
+        ("node17", "node17"),
+        ("a[1-2],b[3-4]", "a1"),
+        ("rack[1-2]-gpu[08-09]", "rack1-gpu08"),
+    ],
+)
+def test_first_host_of_a_slurm_node_list(nodelist: str, first: str) -> None:
+    assert first_host(nodelist) == first
+
+
+def test_a_bad_node_list_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="is not a valid host list"):
+        first_host("gpu-[01-")
+
+
+SLURM = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NUM_NODES": "4",
+    "SLURM_NODEID": "2",
+    "SLURM_JOB_NODELIST": "gpu-[01-03,07]",
+    "SLURM_GPUS_ON_NODE": "8",
+}
+
+
+def test_slurm_gives_every_value_and_says_where_from() -> None:
+    assert slurm_defaults(SLURM) == {
+        "nnodes": ("4", "SLURM_JOB_NUM_NODES"),
+        "node_rank": (2, "SLURM_NODEID"),
+        "master_addr": ("gpu-01", "first host of SLURM_JOB_NODELIST"),
+        "master_port": (24242, "derived from SLURM_JOB_ID"),
+        "rdzv_id": ("4242", "SLURM_JOB_ID"),
+        "nproc_per_node": ("8", "SLURM_GPUS_ON_NODE"),
+    }
+    assert slurm_defaults({}) == {}
+    one_node = slurm_defaults({"SLURM_JOB_ID": "1", "SLURM_NNODES": "1"})
+    assert one_node == {"nnodes": ("1", "SLURM_NNODES")}
+
+
+def _raw(**changes: object) -> dict[str, object]:
+    raw: dict[str, object] = {
+        "training_script": "train.py",
+        "training_script_args": (),
+        "nnodes": "1:1",
+        "nproc_per_node": "1",
+        "rdzv_backend": "static",
+        "rdzv_endpoint": "",
+        "rdzv_id": None,
+        "rdzv_conf": "",
+        "standalone": False,
+        "max_restarts": 0,
+        "monitor_interval": 0.1,
+        "start_method": "spawn",
+        "event_log_handler": "null",
+        "role": "default",
+        "module": False,
+        "no_python": False,
+        "run_path": False,
+        "log_dir": None,
+        "redirects": "0",
+        "tee": "0",
+        "local_ranks_filter": "",
+        "duplicate_stdout_filters": "",
+        "duplicate_stderr_filters": "",
+        "node_rank": 0,
+        "master_addr": None,
+        "master_port": None,
+        "local_addr": None,
+        "logs_specs": None,
+        "numa_binding": None,
+        "signals_to_handle": "SIGTERM,SIGINT",
+        "shutdown_timeout": 30.0,
+        "virtual_local_rank": False,
+    }
+    raw.update(changes)
+    return raw
+
+
+def test_explicit_flags_win_over_slurm() -> None:
+    config = build_config(_raw(nproc_per_node="2"), SLURM, explicit=frozenset({"nproc_per_node"}))
+    assert config.nnodes == (4, 4) and config.node_rank == 2 and config.master_addr == "gpu-01"
+    assert config.nproc_per_node == 2  # the flag, not SLURM's 8
+    assert "nproc_per_node=8 (SLURM_GPUS_ON_NODE)" not in config.origins
+    assert "node_rank=2 (SLURM_NODEID)" in config.origins
+    # without the CLI's knowledge of what was explicit, SLURM is not consulted
+    assert build_config(_raw(), SLURM).nnodes == (1, 1)
+
+
+def test_rank_assignment_is_torchruns() -> None:
+    assert assign(0, (2, 4, 3)) == (0, 9)
+    assert assign(2, (2, 4, 3)) == (6, 9)  # the lower nodes' local world sizes summed
+
+
+def test_fact_mismatches_name_values_and_nodes() -> None:
+    same = {"torch": "2.13.0", "cuda": "12.8", "nccl": "2.27.3", "driver": "580", "gpus": 8}
+    assert fact_mismatches([{**same, "host": "a"}, {**same, "host": "b"}]) == []
+    problems = fact_mismatches(
+        [{**same, "host": "a"}, {**same, "host": "b", "nccl": "2.21.5"}, {**same, "host": "c"}]
+    )
+    assert problems == [
+        "NCCL differs between nodes: 2.27.3 on node 0 (a), node 2 (c); 2.21.5 on node 1 (b)"
+    ]
+
+
+def _summary(node: int, status: str, root: dict | None = None, code: int = 0) -> dict:
+    return {
+        "node": node,
+        "host": f"h{node}",
+        "status": status,
+        "code": code,
+        "root": root,
+        "hang": None,
+        "stopped_by_peer": root is None and status == "failed",
+    }
+
+
+def _root(rank: int, consequence: bool = False) -> dict:
+    return {
+        "rank": rank,
+        "how": "exited with code 3",
+        "class": "unknown",
+        "signature": None,
+        "consequence": consequence,
+        "error": "ValueError: x",
+        "location": "t.py:1 in f",
+    }
+
+
+def test_the_job_verdict_prefers_a_real_cause_and_the_first_announcer() -> None:
+    summaries = [
+        _summary(0, "failed", _root(1, consequence=True), code=1),
+        _summary(1, "failed", _root(3), code=3),
+    ]
+    job = conclude_job(summaries, ["h0", "h1"], "node 1: rank 3 failed", lost_after=15)
+    assert job.status == "failed" and job.code == 3 and job.root_node == 1 and job.retryable
+    assert job.lines[0].startswith("FAILED on node 1 (h1): rank 3 exited with code 3")
+
+
+def test_a_lost_node_ends_the_job_without_a_restart() -> None:
+    job = conclude_job(
+        [_summary(0, "failed", _root(0, consequence=True), code=1), None],
+        ["h0", "h1"],
+        None,
+        lost_after=3,
+    )
+    assert job.code == 69 and job.lost == (1,) and not job.retryable
+    assert any("node 1 (h1) was lost: no report within 3 s" in line for line in job.lines)
+
+
+def test_success_and_interrupts_across_nodes() -> None:
+    ok = conclude_job([_summary(0, "succeeded"), _summary(1, "succeeded")], ["a", "b"], None, 1)
+    assert ok.status == "succeeded" and ok.code == 0 and not ok.lines
+    stopped = conclude_job(
+        [_summary(0, "interrupted", code=143), _summary(1, "failed")], ["a", "b"], None, 1
+    )
+    assert stopped.status == "interrupted" and stopped.code == 143 and not stopped.retryable
+
+
+def test_sbatch_examples_are_valid_bash_and_name_real_files() -> None:
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    scripts = sorted((root / "scripts" / "slurm").glob("*.sbatch"))
+    assert len(scripts) == 2
+    for script in scripts:
+        subprocess.run(["bash", "-n", str(script)], check=True)
+        text = script.read_text()
+        assert "srun safelaunch" in text or "srun --kill-on-bad-exit=1 safelaunch" in text
+        assert (root / "scripts" / "train_toy_ddp.py").is_file()
+        assert "#SBATCH --ntasks-per-node=1" in text  # one safelaunch per node

@@ -1,0 +1,32 @@
+"""A tiny DDP job for multi-node tests; prints what torchrun's rank assignment gave it.
+
+FAIL_RANK: that rank raises in the first attempt. HANG_RANK: that rank sleeps at step 2.
+FOREVER: keep training (a node is killed meanwhile). $PIDS_DIR/ready-<rank> appears once
+a rank has trained a step.
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE")}
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+step = 0
+while step < 3 or os.environ.get("FOREVER"):
+    if os.environ.get("HANG_RANK") == env["RANK"] and step == 2:
+        time.sleep(3600)  # load_next_batch never returns
+    model(torch.ones(8, 4)).sum().backward()
+    if step == 0:
+        open(os.path.join(os.environ["PIDS_DIR"], f"ready-{env['RANK']}"), "w").close()
+    if os.environ.get("FOREVER"):
+        time.sleep(0.1)
+    step += 1
+first_attempt = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+if os.environ.get("FAIL_RANK") == env["RANK"] and first_attempt:
+    raise RuntimeError(f"rank {env['RANK']} broke")
+print("trained", " ".join(f"{k}={v}" for k, v in env.items()), f"world={dist.get_world_size()}")
+del model
+dist.destroy_process_group()
