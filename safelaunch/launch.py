@@ -200,7 +200,7 @@ def _attempts(session: Session) -> int:
         if membership is not None:  # every node starts the attempt, or none does
             stopping, missing = membership.start_attempt(attempt, not late, START_TIMEOUT)
             if stopping or missing:
-                return _nodes_not_starting(session, attempt, stopping, missing, late)
+                return _nodes_not_starting(session, membership, attempt, stopping, missing, late)
         if late:  # a signal between attempts: do not start another
             console.say(f"received {signal_name(late[0])} before the restart: stopping")
             return exitcodes.for_signal(late[0])
@@ -272,11 +272,14 @@ def _conclude_nodes(
 
 
 def _nodes_not_starting(
-    session: Session, attempt: int, stopping: list[int], missing: list[int], late: list[int]
+    session: Session,
+    membership: Membership,
+    attempt: int,
+    stopping: list[int],
+    missing: list[int],
+    late: list[int],
 ) -> int:
     """Some node will not start the next attempt: none does. The code says why."""
-    membership = session.membership
-    assert membership is not None
     names = [membership.describe(n) for n in stopping + missing]
     if late:
         session.console.say(f"received {signal_name(late[0])} before the restart: stopping")

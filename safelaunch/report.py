@@ -77,7 +77,9 @@ def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
 def render_hang(outcome: Outcome, hang: HangAnalysis, logs: str, attempt: str) -> str:
     """Where every rank is, the odd ones out first named, and where the stacks are."""
     lines = [
-        f"HUNG{attempt}: no rank made progress for {hang.stuck_for:.1f} s "
+        f"HUNG{attempt}: {outcome.peer_event}; where this node's ranks were:"
+        if outcome.peer_event
+        else f"HUNG{attempt}: no rank made progress for {hang.stuck_for:.1f} s "
         f"(--hang-timeout {hang.timeout:g})"
     ]
     lines.extend(_whereabouts(group, hang.culprits) for group in hang.groups)

@@ -63,9 +63,15 @@ def _c10d(port: int, *extra: str):
     return flags
 
 
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
+
+
 def _report(tmp_path: Path, node: int, attempt: int = 0) -> dict:
+    """A node's report.json of an attempt, checked against the documented schema."""
     run = (tmp_path / f"node{node}" / "logs" / "latest").resolve()
-    return json.loads((run / f"attempt_{attempt}" / "report.json").read_text())
+    report = json.loads((run / f"attempt_{attempt}" / "report.json").read_text())
+    pytest.importorskip("jsonschema").validate(report, SCHEMA)
+    return report
 
 
 def test_two_nodes_train_with_torchruns_rank_assignment(tmp_path: Path) -> None:
