@@ -16,31 +16,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.diagnose import Diagnosis, diagnose, signatures
-from safelaunch.diagnose.isolation import (
-    CommUse,
-    Verdict,
-    failure_point,
-    gloo_rerun,
-    gloo_verdict,
-    read_comm,
-    should_isolate,
-    single_rerun,
-    single_verdict,
-    transport_reruns,
-    transport_verdict,
-)
-from safelaunch.diagnose.nodes import JobVerdict, conclude_job, node_summary
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.outcome import INTERRUPTED, Outcome, outcome_of, signal_name
 from safelaunch.plan import LaunchPlan, Rerun, RunIdentity, Timebox, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
-from safelaunch.rendezvous import Membership, join
 from safelaunch.report import (
     exit_code,
     isolation_record,
@@ -58,6 +43,11 @@ from safelaunch.supervisor import (
     open_attempt_logs,
     supervise,
 )
+
+if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
+    from safelaunch.diagnose.isolation import CommUse, Verdict
+    from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.rendezvous.membership import Membership
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +162,8 @@ def run(config: LaunchConfig, console: Console) -> int:
 
 def _join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
     """Multi-node: torch's rendezvous, the nodes' facts compared, this node placed."""
+    from safelaunch.rendezvous.membership import join
+
     where = (
         f"c10d at {config.rdzv_endpoint}"
         if config.rdzv_backend == "c10d"
@@ -242,6 +234,8 @@ def _conclude_nodes(
     session: Session, membership: Membership, attempt: int, concluded: Concluded
 ) -> JobVerdict:
     """Every node's summary exchanged; the same verdict drawn on every node, and reported."""
+    from safelaunch.diagnose.nodes import conclude_job, node_summary
+
     place = membership.placement
     mine = node_summary(
         concluded.outcome, concluded.diagnosis, concluded.code, place.node, place.hosts[place.node]
@@ -322,6 +316,15 @@ def _isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
 
     They never change the exit code: that is the job's. A signal stops them.
     """
+    from safelaunch.diagnose.isolation import (
+        failure_point,
+        gloo_rerun,
+        read_comm,
+        should_isolate,
+        single_rerun,
+        transport_reruns,
+    )
+
     config, console = session.config, session.console
     decision = should_isolate(config.isolate, job.outcome, job.diagnosis)
     timebox = failure_point(plan, job.outcome, config.isolate_timeout)
@@ -359,6 +362,8 @@ def _rerun(
     session: Session, plan: LaunchPlan, job: Concluded, rerun: Rerun, job_comm: CommUse
 ) -> Verdict:
     """One isolation rerun, start to verdict, in its own directory with its own report.json."""
+    from safelaunch.diagnose.isolation import gloo_verdict, single_verdict, transport_verdict
+
     config, console = session.config, session.console
     rerun_plan = build_plan(config, session.preflight, session.identity, plan.attempt, rerun)
     logs_ok = open_attempt_logs(rerun_plan, console)

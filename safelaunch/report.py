@@ -6,12 +6,14 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safelaunch.diagnose import Diagnosis
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
-from safelaunch.diagnose.isolation import Decision, Verdict
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
+
+if TYPE_CHECKING:  # only for failures that were isolated
+    from safelaunch.diagnose.isolation import Decision, Verdict
 
 
 def shown_path(path: Path) -> str:

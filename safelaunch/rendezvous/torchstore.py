@@ -14,7 +14,7 @@ from typing import Any
 
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
-from safelaunch.rendezvous import Joined
+from safelaunch.rendezvous.membership import Joined
 
 STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
 

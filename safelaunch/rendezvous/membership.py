@@ -1,0 +1,317 @@
+"""This node's membership of a multi-node job: torch's rendezvous, then safelaunch's keys.
+
+Imported only for --nnodes > 1 (its torch import is lazier still: torchstore.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from safelaunch.config import LaunchConfig
+from safelaunch.errors import RendezvousError
+from safelaunch.rendezvous import Placement, assign, fact_mismatches
+
+POLL = 0.1  # seconds between looks at the store while waiting
+
+
+class KeyValue(Protocol):
+    """The few store operations used here (torch's TCPStore, or a dict in tests)."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def add(self, key: str, amount: int) -> int: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Joined:
+    """What torch's rendezvous returned."""
+
+    node: int
+    nodes: int
+    master_addr: str
+    master_port: int
+    shutdown: Callable[[], Any]
+
+
+class Membership:
+    """This node's view of the job's nodes, over safelaunch's keys in torch's store."""
+
+    def __init__(
+        self,
+        store: KeyValue,
+        joined: Joined,
+        placement: Placement,
+        lost_after: float,
+        beat_every: float,
+    ) -> None:
+        self.placement = placement
+        self._store = store
+        self._joined = joined
+        self.lost_after = lost_after
+        self._beat_every = beat_every
+        self._seen: dict[int, tuple[int, float]] = {}  # node -> (counter, when it last changed)
+        self._stop_beating = threading.Event()
+        self._beater: threading.Thread | None = None
+        self._workers_store: Any = None  # node 0: the TCPStore of the current attempt's ranks
+
+    # --- liveness -------------------------------------------------------------
+
+    def start_beating(self) -> None:
+        """A thread that says, every few seconds, that this node's launcher lives."""
+        store = self._store
+        key = f"alive/{self.placement.node}"
+
+        def beat() -> None:
+            while not self._stop_beating.wait(self._beat_every):
+                try:
+                    store.add(key, 1)
+                except Exception:
+                    return  # the store is gone: the watchers will say so
+
+        store.add(key, 1)
+        self._beater = threading.Thread(target=beat, name="safelaunch-node-alive", daemon=True)
+        self._beater.start()
+
+    def lost_nodes(self, now: float) -> list[int]:
+        """Nodes whose liveness counter has not moved for `lost_after` seconds."""
+        lost = []
+        for node in range(self.placement.nodes):
+            if node == self.placement.node:
+                continue
+            count = self._store.add(f"alive/{node}", 0)
+            last = self._seen.get(node)
+            if last is None or last[0] != count:
+                self._seen[node] = (count, now)
+            elif now - last[1] > self.lost_after:
+                lost.append(node)
+        return lost
+
+    def describe(self, node: int) -> str:
+        return f"node {node} ({self.placement.hosts[node]})"
+
+    # --- exchanges -----------------------------------------------------------
+
+    def wait_for(self, keys: list[str], timeout: float, what: str) -> bool:
+        """Poll until every key exists; False at the deadline."""
+        deadline = time.monotonic() + timeout
+        while not self._store.check(keys):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL)
+        return True
+
+    def start_attempt(self, attempt: int, go: bool, timeout: float) -> tuple[list[int], list[int]]:
+        """Every node says whether it starts `attempt`: (nodes that stop, nodes missing)."""
+        try:
+            values = self.gather(f"attempt/{attempt}/start", "go" if go else "stop", timeout)
+        except Exception:
+            others = [n for n in range(self.placement.nodes) if n != self.placement.node]
+            return [], others
+        stopping = [n for n, v in enumerate(values) if v == "stop"]
+        missing = [n for n, v in enumerate(values) if v is None]
+        return stopping, missing
+
+    def gather(self, name: str, mine: str, timeout: float) -> list[str | None]:
+        """Every node's value for `name`; None for a node that gave none in time.
+
+        A node whose liveness counter stopped is not waited for: its launcher is gone.
+        """
+        keys = [f"{name}/{node}" for node in range(self.placement.nodes)]
+        self._store.set(keys[self.placement.node], mine)
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
+            if not missing or now > deadline:
+                break
+            if self._beater is not None and missing <= set(self.lost_nodes(now)):
+                break
+            time.sleep(POLL)
+        return [
+            None if n in missing else self._store.get(key).decode() for n, key in enumerate(keys)
+        ]
+
+    def barrier(self, name: str, timeout: float) -> list[int]:
+        """Wait for every node to reach `name`; the nodes that did not, in time."""
+        values = self.gather(name, "1", timeout)
+        return [node for node, value in enumerate(values) if value is None]
+
+    # --- within an attempt ----------------------------------------------------
+
+    def announce_stop(self, attempt: int, why: str) -> None:
+        """Tell the other nodes to stop this attempt (first announcement wins)."""
+        if self._store.add(f"attempt/{attempt}/stops", 1) == 1:
+            self._store.set(f"attempt/{attempt}/stop", why)
+
+    def stop_requested(self, attempt: int) -> str | None:
+        """Another node's announcement, if one was made."""
+        key = f"attempt/{attempt}/stop"
+        if self._store.check([key]):
+            return self._store.get(key).decode()
+        return None
+
+    def watch(self, attempt: int) -> NodeWatch:
+        """What the supervisor polls during an attempt."""
+        return NodeWatch(self, attempt)
+
+    def end_attempt(self, attempt: int, summary: Mapping[str, Any], timeout: float) -> list[Any]:
+        """Every node's end-of-attempt summary; None for a node that is lost or too late.
+
+        A node whose liveness counter stopped is not waited for: its launcher is gone.
+        """
+        try:
+            values = self.gather(f"attempt/{attempt}/end", json.dumps(summary), timeout)
+        except Exception:  # the store itself is gone: so is the node that hosted it
+            values = [None] * self.placement.nodes
+            values[self.placement.node] = json.dumps(summary)
+        return [json.loads(v) if v is not None else None for v in values]
+
+    def first_stop(self, attempt: int) -> str | None:
+        """The first node's announcement in this attempt, if the store still answers."""
+        try:
+            return self.stop_requested(attempt)
+        except Exception:
+            return None
+
+    def placement_for(self, attempt: int, timeout: float) -> Placement:
+        """This node's placement with the attempt's own workers' store.
+
+        Node 0 serves a fresh TCPStore for each attempt (torch's workers would find the
+        last attempt's Gloo addresses in a reused one) and publishes its port.
+        """
+        from safelaunch.rendezvous import torchstore
+
+        key = f"attempt/{attempt}/workers_store"
+        if self.placement.node == 0:
+            self._workers_store = None  # the previous attempt's goes away
+            self._workers_store, port = torchstore.serve_workers_store(self.placement.master_addr)
+            self._store.set(key, str(port))
+        elif not self.wait_for([key], timeout, key):
+            raise RendezvousError(
+                f"node 0 published no workers' store for attempt {attempt} in {timeout:g} s",
+                "check node 0's console",
+            )
+        port = int(self._store.get(key).decode())
+        return replace(self.placement, master_port=port)
+
+    def leave(self, timeout: float) -> None:
+        """Close in step: nobody's last read may find the store's host already gone."""
+        with contextlib.suppress(Exception):
+            self.barrier("leave", timeout)
+        with contextlib.suppress(Exception):
+            self._joined.shutdown()
+        with contextlib.suppress(Exception):
+            self.barrier("left", timeout)
+        self._stop_beating.set()
+        self._workers_store = None
+
+
+class NodeWatch:
+    """Polled by the supervisor each tick: has another node stopped, or vanished?"""
+
+    def __init__(self, membership: Membership, attempt: int, every: float = 0.5) -> None:
+        self._membership = membership
+        self._attempt = attempt
+        self._every = every
+        self._next = 0.0
+        self.announced = False
+
+    def poll(self) -> str | None:
+        """Why this node's ranks must stop now, or None."""
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self._every
+        membership = self._membership
+        try:
+            stop = membership.stop_requested(self._attempt)
+            if stop is not None:
+                return stop
+            lost = membership.lost_nodes(now)
+        except Exception as exc:
+            return f"lost contact with the rendezvous store ({type(exc).__name__}: {exc})"
+        if lost:
+            names = ", ".join(membership.describe(n) for n in lost)
+            return (
+                f"{names} stopped answering for more than {membership.lost_after:g} s "
+                "(its launcher died, or the network between the nodes failed)"
+            )
+        return None
+
+    def announce(self, why: str) -> None:
+        """This node stops the attempt: tell the others (once)."""
+        if self.announced:
+            return
+        self.announced = True
+        with contextlib.suppress(Exception):  # else the others find this node silent
+            self._membership.announce_stop(self._attempt, why)
+
+
+def join(config: LaunchConfig, nproc: int, facts: Mapping[str, Any], host: str) -> Membership:
+    """Rendezvous with the other nodes, exchange facts, and place this node's ranks."""
+    from safelaunch.rendezvous import torchstore  # imports torch: multi-node only
+
+    joined, store = torchstore.rendezvous(config)
+    interval = float(config.rdzv_conf.get("keep_alive_interval", 5))
+    attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", 3))
+    membership = Membership(
+        store,
+        joined,
+        Placement(
+            node=joined.node,
+            nodes=joined.nodes,
+            base_rank=0,
+            world_size=0,
+            master_addr=joined.master_addr,
+            master_port=joined.master_port,
+            run_id=config.rdzv_id or "none",
+            hosts=(),
+            nprocs=(),
+        ),
+        lost_after=interval * attempts,
+        beat_every=interval / 2,
+    )
+    timeout = float(config.rdzv_conf.get("join_timeout", 600))
+    mine = json.dumps({"host": host, "nproc": nproc, **facts})
+    found = membership.gather("node", mine, timeout)
+    missing = [node for node, value in enumerate(found) if value is None]
+    if missing:
+        raise RendezvousError(
+            f"node(s) {', '.join(map(str, missing))} never reported after the rendezvous "
+            f"({timeout:g} s)",
+            "check that every node runs safelaunch with the same rendezvous flags",
+        )
+    everyone = [json.loads(value or "{}") for value in found]
+    nprocs = tuple(int(node["nproc"]) for node in everyone)
+    base, world = assign(joined.node, nprocs)
+    membership.placement = Placement(
+        node=joined.node,
+        nodes=joined.nodes,
+        base_rank=base,
+        world_size=world,
+        master_addr=joined.master_addr,
+        master_port=joined.master_port,
+        run_id=config.rdzv_id or "none",
+        hosts=tuple(str(node["host"]) for node in everyone),
+        nprocs=nprocs,
+    )
+    problems = fact_mismatches(everyone)
+    if problems:
+        membership.leave(timeout=5)
+        raise RendezvousError(
+            "; ".join(problems),
+            "install the same torch/CUDA/NCCL/driver on every node (safelaunch doctor on each)",
+            preflight=True,
+        )
+    membership.start_beating()
+    return membership
