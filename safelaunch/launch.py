@@ -29,6 +29,7 @@ from safelaunch.preflight import PreflightReport, run_preflight
 from safelaunch.report import (
     exit_code,
     isolation_record,
+    job_record,
     render_summary,
     render_verdict,
     report_record,
@@ -251,16 +252,7 @@ def _conclude_nodes(
             + "\n  ".join(job.lines)
             + f"\nexit code {job.code} on every node"
         )
-    concluded.report["job"] = {
-        "node": place.node,
-        "nodes": place.nodes,
-        "hosts": list(place.hosts),
-        "status": job.status,
-        "exit_code": job.code,
-        "root_node": job.root_node,
-        "lost_nodes": list(job.lost),
-        "summary": list(job.lines),
-    }
+    concluded.report["job"] = job_record(place, job)
     write_report(concluded.outcome.attempt_dir / "report.json", concluded.report)
     return job
 

@@ -12,8 +12,10 @@ from safelaunch.diagnose import Diagnosis
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
-if TYPE_CHECKING:  # only for failures that were isolated
+if TYPE_CHECKING:  # only for failures that were isolated, and for multi-node jobs
     from safelaunch.diagnose.isolation import Decision, Verdict
+    from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.rendezvous import Placement
 
 
 def shown_path(path: Path) -> str:
@@ -317,4 +319,18 @@ def isolation_record(
             for v in verdicts
         ],
         "notes": notes,
+    }
+
+
+def job_record(place: Placement, job: JobVerdict) -> dict[str, Any]:
+    """report.json's `job` (multi-node): the verdict every node drew from all summaries."""
+    return {
+        "node": place.node,
+        "nodes": place.nodes,
+        "hosts": list(place.hosts),
+        "status": job.status,
+        "exit_code": job.code,
+        "root_node": job.root_node,
+        "lost_nodes": list(job.lost),
+        "summary": list(job.lines),
     }

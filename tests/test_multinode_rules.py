@@ -131,15 +131,8 @@ def _summary(node: int, status: str, root: dict | None = None, code: int = 0) ->
 
 
 def _root(rank: int, consequence: bool = False) -> dict:
-    return {
-        "rank": rank,
-        "how": "exited with code 3",
-        "class": "unknown",
-        "signature": None,
-        "consequence": consequence,
-        "error": "ValueError: x",
-        "location": "t.py:1 in f",
-    }
+    line = f"rank {rank} exited with code 3 (unknown): ValueError: x at t.py:1 in f"
+    return {"rank": rank, "consequence": consequence, "line": line}
 
 
 def test_the_job_verdict_prefers_a_real_cause_and_the_first_announcer() -> None:

@@ -18,7 +18,7 @@ from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
 from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
-from safelaunch.outcome import FAILED, Outcome, RankResult
+from safelaunch.outcome import FAILED, HUNG, Outcome, RankResult
 
 LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
@@ -146,3 +146,24 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
         non_finite=non_finite,
         crashed_at_exit=crashed_at_exit,
     )
+
+
+def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:
+    """One line: how an attempt or rerun ended, root cause first (error, file:line)."""
+    if outcome.status == HUNG:
+        hang = diagnosis.hang
+        if hang is not None and hang.culprits:
+            return f"hung; likely culprit rank {','.join(map(str, hang.culprits))}: {hang.reason}"
+        return "hung" + (f": {hang.reason}" if hang is not None else "")
+    root = diagnosis.root_cause
+    if root is None:
+        return outcome.status
+    what = diagnosis.signature.id if diagnosis.signature else (diagnosis.klass or "unknown")
+    line = f"rank {root.rank} {root.how_it_ended()} ({what})"
+    if diagnosis.error is not None:
+        line += f": {diagnosis.error.line}"
+        if diagnosis.error.location:
+            line += f" at {diagnosis.error.location}"
+    elif diagnosis.evidence:
+        line += f": {diagnosis.evidence}"
+    return line

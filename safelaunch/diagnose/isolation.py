@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from safelaunch.diagnose import Diagnosis
+from safelaunch.diagnose import Diagnosis, describe_ending
 from safelaunch.diagnose.match import cause, matches
 from safelaunch.diagnose.signatures import (
     COMMUNICATION,
@@ -307,36 +307,17 @@ def _same_failure(a: Outcome, da: Diagnosis, b: Outcome, db: Diagnosis) -> bool:
     return _failure_key(da) == _failure_key(db)
 
 
-def describe_failure(outcome: Outcome, diagnosis: Diagnosis) -> str:
-    """One line: how a job or rerun ended, root cause first."""
-    if outcome.status == HUNG:
-        hang = diagnosis.hang
-        if hang is not None and hang.culprits:
-            return f"hung; likely culprit rank {','.join(map(str, hang.culprits))}: {hang.reason}"
-        return "hung" + (f": {hang.reason}" if hang is not None else "")
-    root = diagnosis.root_cause
-    if root is None:
-        return outcome.status
-    what = diagnosis.signature.id if diagnosis.signature else (diagnosis.klass or "unknown")
-    line = f"rank {root.rank} {root.how_it_ended()} ({what})"
-    if diagnosis.error is not None:
-        line += f": {diagnosis.error.line}"
-        if diagnosis.error.location:
-            line += f" at {diagnosis.error.location}"
-    return line
-
-
 DDP_UNDER_DETAIL = (
     "got past the point where the job failed, as far as building its DDP model (which "
     "torch 2.13 cannot do under TORCH_DISTRIBUTED_DEBUG=DETAIL)"
 )
 
 
-def _ran_through(outcome: Outcome) -> str:
+def _ran_through(outcome: Outcome, crashed_in_ddp: bool = False) -> str:
+    if crashed_in_ddp:
+        return DDP_UNDER_DETAIL
     if outcome.status == SUCCEEDED:
         return f"ran to completion ({outcome.duration:.1f} s)"
-    if outcome.status == FAILED:
-        return DDP_UNDER_DETAIL
     return f"got past the point where the job failed ({outcome.timebox_note})"
 
 
@@ -405,9 +386,8 @@ def gloo_verdict(
         or job_comm.nccl
         or (job_diagnosis.signature is not None and job_diagnosis.signature.id.startswith("nccl"))
     )
-    if outcome.status in (SUCCEEDED, PASSED) or _crashed_in_ddp_under_detail(
-        job_comm, rerun, comm, outcome
-    ):
+    crashed_in_ddp = _crashed_in_ddp_under_detail(job_comm, rerun, comm, outcome)
+    if outcome.status in (SUCCEEDED, PASSED) or crashed_in_ddp:
         if swapped:
             signature = job_diagnosis.signature
             steps = signature.next_steps if signature else ()
@@ -415,18 +395,19 @@ def gloo_verdict(
                 steps = (*steps, *NCCL_STEPS)
             return Verdict(
                 kind=COMM_LAYER,
-                headline=f"on Gloo the same job {_ran_through(outcome)}: the fault is in NCCL "
-                "or the network/GPU interconnect, not in your program",
-                details=(f"the job: {describe_failure(job, job_diagnosis)}",),
+                headline=f"on Gloo the same job {_ran_through(outcome, crashed_in_ddp)}: the "
+                "fault is in NCCL or the network/GPU interconnect, not in your program",
+                details=(f"the job: {describe_ending(job, job_diagnosis)}",),
                 next_steps=tuple(dict.fromkeys(steps))[:5],
                 ran=ran,
             )
         return Verdict(
             kind=NOT_REPRODUCED,
             headline="run again on the same backend (it never used NCCL), the job "
-            f"{_ran_through(outcome)}: an intermittent fault (timing, a flaky peer or network, "
+            f"{_ran_through(outcome, crashed_in_ddp)}: an intermittent fault (timing, a flaky "
+            "peer or network, "
             "resources), not a deterministic one in the program",
-            details=(f"the job: {describe_failure(job, job_diagnosis)}",),
+            details=(f"the job: {describe_ending(job, job_diagnosis)}",),
             next_steps=("look for what differs between runs: node, load, data order, timing",),
             ran=ran,
         )
@@ -436,14 +417,14 @@ def gloo_verdict(
             kind=GLOO_CANNOT,
             headline=f"the program uses something Gloo lacks ({limit.meaning}): this rerun "
             "cannot tell NCCL from the program",
-            details=(f"the rerun: {describe_failure(outcome, diagnosis)}",),
+            details=(f"the rerun: {describe_ending(outcome, diagnosis)}",),
             next_steps=limit.next_steps,
             signature=limit.id,
             ran=ran,
         )
     rerun_signature = diagnosis.signature.id if diagnosis.signature else None
     if mismatch is not None or _same_failure(job, job_diagnosis, outcome, diagnosis):
-        details = [f"the rerun: {describe_failure(outcome, diagnosis)}"]
+        details = [f"the rerun: {describe_ending(outcome, diagnosis)}"]
         details[:0] = [line for line in (mismatch, lag) if line]
         steps = diagnosis.signature.next_steps if diagnosis.signature else ()
         return Verdict(
@@ -459,8 +440,8 @@ def gloo_verdict(
         kind=DIFFERS,
         headline="it fails on Gloo too, but differently: both are shown",
         details=(
-            f"the job:   {describe_failure(job, job_diagnosis)}",
-            f"the rerun: {describe_failure(outcome, diagnosis)}",
+            f"the job:   {describe_ending(job, job_diagnosis)}",
+            f"the rerun: {describe_ending(outcome, diagnosis)}",
         ),
         next_steps=diagnosis.signature.next_steps if diagnosis.signature else (),
         signature=rerun_signature,
@@ -498,7 +479,7 @@ def single_verdict(
             kind=SINGLE,
             headline="it fails the same way with one rank: debug it as a single process "
             "(a debugger and prints work there)",
-            details=(f"with one rank: {describe_failure(outcome, diagnosis)}",),
+            details=(f"with one rank: {describe_ending(outcome, diagnosis)}",),
             next_steps=(
                 "RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "
                 "python -m pdb <script> <args>",
@@ -510,8 +491,8 @@ def single_verdict(
         kind=DIFFERS,
         headline="with one rank it fails differently: both are shown",
         details=(
-            f"the job:       {describe_failure(job, job_diagnosis)}",
-            f"with one rank: {describe_failure(outcome, diagnosis)}",
+            f"the job:       {describe_ending(job, job_diagnosis)}",
+            f"with one rank: {describe_ending(outcome, diagnosis)}",
         ),
         signature=diagnosis.signature.id if diagnosis.signature else None,
         ran=ran,
@@ -538,6 +519,6 @@ def transport_verdict(rerun: Rerun, outcome: Outcome, diagnosis: Diagnosis) -> V
     return Verdict(
         kind=NO_TRANSPORT,
         headline=f"it still fails {rerun.purpose}",
-        details=(f"the rerun: {describe_failure(outcome, diagnosis)}",),
+        details=(f"the rerun: {describe_ending(outcome, diagnosis)}",),
         ran=ran,
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from safelaunch import exitcodes
-from safelaunch.diagnose import Diagnosis, read_tail
+from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
@@ -54,12 +54,8 @@ def node_summary(
         if root is None
         else {
             "rank": root.rank,
-            "how": root.how_it_ended(),
-            "class": diagnosis.klass,
-            "signature": signature.id if signature else None,
             "consequence": signature is None and _only_consequences(root.log_path),
-            "error": diagnosis.error.line if diagnosis.error else diagnosis.evidence,
-            "location": diagnosis.error.location if diagnosis.error else None,
+            "line": describe_ending(outcome, diagnosis),
         },
         "hang": None if hang is None else {"culprits": list(hang.culprits), "reason": hang.reason},
     }
@@ -79,15 +75,7 @@ def _origin(first_stop: str | None) -> int | None:
 
 
 def _failure_line(summary: Mapping[str, Any]) -> str:
-    root = summary["root"]
-    where = f"node {summary['node']} ({summary['host']})"
-    what = root["signature"] or root["class"] or "unknown"
-    line = f"FAILED on {where}: rank {root['rank']} {root['how']} ({what})"
-    if root.get("error"):
-        line += f": {root['error']}"
-    if root.get("location"):
-        line += f" at {root['location']}"
-    return line
+    return f"FAILED on node {summary['node']} ({summary['host']}): {summary['root']['line']}"
 
 
 def conclude_job(
