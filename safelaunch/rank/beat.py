@@ -97,10 +97,7 @@ class Beater(threading.Thread):
             "seq": seq,
             "busy": busy,
         }
-        temporary = f"{self._path}.tmp"
-        with open(temporary, "w") as out:
-            json.dump(record, out)
-        os.replace(temporary, self._path)
+        write_atomically(self._path, record)
 
     def _busy(self, now: float) -> bool:
         """Did the main thread compute since the last sample?"""
@@ -112,6 +109,14 @@ class Beater(threading.Thread):
             return False
         last, self._last_cpu = self._last_cpu, (now, cpu)
         return last is not None and cpu - last[1] >= BUSY * max(now - last[0], 1e-6)
+
+
+def write_atomically(path: str, record: dict[str, object]) -> None:
+    """Replace `path` with the JSON record: a reader sees the old one or the new one, whole."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as out:
+        json.dump(record, out)
+    os.replace(temporary, path)
 
 
 def _thread_cpu_clock(ident: int) -> int | None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import sys
 
 from safelaunch.rank import names
+from safelaunch.rank.beat import write_atomically
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -158,13 +158,8 @@ def _stretch(timeout: Any, factor: float) -> Any:
 def _write_record(path: str | None, record: dict[str, Any]) -> None:
     if not path:
         return
-    try:
-        temporary = f"{path}.tmp"
-        with open(temporary, "w") as out:
-            json.dump(record, out)
-        os.replace(temporary, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # the record is a diagnostic: the job runs on
+        write_atomically(path, record)
 
 
 # What this rank asked for and got; "ddp": whether it built a DistributedDataParallel
