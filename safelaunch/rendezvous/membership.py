@@ -21,7 +21,7 @@ POLL = 0.1  # seconds between looks at the store while waiting
 
 
 class KeyValue(Protocol):
-    """The few store operations used here (torch's TCPStore, or a dict in tests)."""
+    """The few store operations used here (torchstore.TextStore over torch's TCPStore)."""
 
     def set(self, key: str, value: str) -> None: ...
 
@@ -101,7 +101,7 @@ class Membership:
 
     # --- exchanges -----------------------------------------------------------
 
-    def wait_for(self, keys: list[str], timeout: float, what: str) -> bool:
+    def wait_for(self, keys: list[str], timeout: float) -> bool:
         """Poll until every key exists; False at the deadline."""
         deadline = time.monotonic() + timeout
         while not self._store.check(keys):
@@ -196,7 +196,7 @@ class Membership:
             self._workers_store = None  # the previous attempt's goes away
             self._workers_store, port = torchstore.serve_workers_store(self.placement.master_addr)
             self._store.set(key, str(port))
-        elif not self.wait_for([key], timeout, key):
+        elif not self.wait_for([key], timeout):
             raise RendezvousError(
                 f"node 0 published no workers' store for attempt {attempt} in {timeout:g} s",
                 "check node 0's console",
