@@ -161,6 +161,9 @@ def test_a_killed_node_is_reported_by_the_other_within_the_bound(tmp_path: Path)
     victim.communicate()
     assert survivor.returncode == 69, err  # a node of the job was lost
     assert "was lost: no report within 3 s" in err
+    job = err[err.index("job (2 nodes): ") :]
+    assert job.startswith("job (2 nodes): node 1 (") or job.startswith("job (2 nodes): node 0 (")
+    assert "FAILED on node" not in job  # the survivor's own failures are consequences
     assert noticed_after < 15, noticed_after  # 3 s without a sign of life, plus teardown
     report = json.loads(
         (

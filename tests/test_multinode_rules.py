@@ -152,8 +152,14 @@ def test_a_lost_node_ends_the_job_without_a_restart() -> None:
         None,
         lost_after=3,
     )
-    assert job.code == 69 and job.lost == (1,) and not job.retryable
-    assert any("node 1 (h1) was lost: no report within 3 s" in line for line in job.lines)
+    assert job.code == 69 and job.lost == (1,) and not job.retryable and job.root_node == 1
+    assert job.lines[0].startswith("node 1 (h1) was lost: no report within 3 s")
+    assert job.lines[1].startswith("node 0 (h0), as a consequence: rank 0 exited with code 3")
+    # a real failure elsewhere still leads, and the run still ends with 69
+    real = conclude_job(
+        [_summary(0, "failed", _root(0), code=3), None], ["h0", "h1"], None, lost_after=3
+    )
+    assert real.lines[0].startswith("FAILED on node 0 (h0)") and real.code == 69
 
 
 def test_success_and_interrupts_across_nodes() -> None:

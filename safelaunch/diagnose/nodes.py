@@ -102,7 +102,19 @@ def conclude_job(
         )
     origin = _origin(first_stop)
     failed = [s for s in present if s["status"] == FAILED and s["root"] is not None]
-    causes = [s for s in failed if not s["root"]["consequence"]] or failed
+    real = [s for s in failed if not s["root"]["consequence"]]
+    if lost and failed and not real:  # the survivors only saw the lost node's ranks go
+        lines.extend(
+            f"node {s['node']} ({s['host']}), as a consequence: {s['root']['line']}" for s in failed
+        )
+        return JobVerdict(
+            status=FAILED,
+            code=exitcodes.NODE_LOST,
+            lines=tuple(lines),
+            lost=lost,
+            root_node=lost[0],
+        )
+    causes = real or failed
     if causes:
         root = next((s for s in causes if s["node"] == origin), causes[0])
         lines.insert(0, _failure_line(root))
