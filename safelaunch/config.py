@@ -303,8 +303,16 @@ def build_config(
     values = dict(raw)
     origins: list[str] = []
     if explicit is not None:
-        for name, (value, source) in slurm_defaults(environ).items():
-            if name not in explicit:
+        slurm = slurm_defaults(environ)
+        alone = bool(raw["standalone"])
+        if "nnodes" in slurm and "nnodes" not in explicit and not alone:
+            values["nnodes"] = slurm["nnodes"][0]
+        # One node (your --nnodes=1, or --standalone): SLURM's node rank and master are
+        # not this job's; its GPU count still is.
+        several = parse_nnodes(str(values["nnodes"]))[1] > 1 and not alone
+        always = {"nproc_per_node"} if alone else {"nproc_per_node", "nnodes"}
+        for name, (value, source) in slurm.items():
+            if name not in explicit and (name in always or several):
                 values[name] = value
                 origins.append(f"{name}={value} ({source})")
     raw = values

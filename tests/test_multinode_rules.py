@@ -102,6 +102,15 @@ def test_explicit_flags_win_over_slurm() -> None:
     assert build_config(_raw(), SLURM).nnodes == (1, 1)
 
 
+def test_one_node_asked_for_inside_a_multi_node_allocation() -> None:
+    explicit_one = build_config(_raw(nnodes="1"), SLURM, explicit=frozenset({"nnodes"}))
+    assert explicit_one.nnodes == (1, 1) and explicit_one.node_rank == 0  # not SLURM_NODEID
+    assert explicit_one.master_addr is None and explicit_one.nproc_per_node == 8
+    standalone = build_config(_raw(standalone=True), SLURM, explicit=frozenset({"standalone"}))
+    assert standalone.nnodes == (1, 1) and standalone.node_rank == 0
+    assert standalone.origins == ("nproc_per_node=8 (SLURM_GPUS_ON_NODE)",)
+
+
 def test_rank_assignment_is_torchruns() -> None:
     assert assign(0, (2, 4, 3)) == (0, 9)
     assert assign(2, (2, 4, 3)) == (6, 9)  # the lower nodes' local world sizes summed
