@@ -193,3 +193,17 @@ def test_sbatch_examples_are_valid_bash_and_name_real_files() -> None:
         assert "srun safelaunch" in text or "srun --kill-on-bad-exit=1 safelaunch" in text
         assert (root / "scripts" / "train_toy_ddp.py").is_file()
         assert "#SBATCH --ntasks-per-node=1" in text  # one safelaunch per node
+
+
+def test_a_hang_elsewhere_outranks_the_consequences_it_caused() -> None:
+    hung = _summary(1, "hung", code=124)
+    hung["hang"] = {"culprits": [3], "reason": "it is behind: collective #7 vs #8"}
+    job = conclude_job(
+        [_summary(0, "failed", _root(0, consequence=True), code=134), hung],
+        ["h0", "h1"],
+        "node 1: hang: no progress for 3 s",
+        lost_after=3,
+    )
+    assert job.status == "hung" and job.code == 124 and job.root_node == 1
+    assert job.lines[0].startswith("HUNG on node 1 (h1): likely culprit rank 3")
+    assert job.lines[1].startswith("node 0 (h0), as a consequence: rank 0")

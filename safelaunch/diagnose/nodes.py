@@ -103,26 +103,29 @@ def conclude_job(
     origin = _origin(first_stop)
     failed = [s for s in present if s["status"] == FAILED and s["root"] is not None]
     real = [s for s in failed if not s["root"]["consequence"]]
-    if lost and failed and not real:  # the survivors only saw the lost node's ranks go
-        lines.extend(
-            f"node {s['node']} ({s['host']}), as a consequence: {s['root']['line']}" for s in failed
-        )
-        return JobVerdict(
-            status=FAILED,
-            code=exitcodes.NODE_LOST,
-            lines=tuple(lines),
-            lost=lost,
-            root_node=lost[0],
-        )
-    causes = real or failed
-    if causes:
-        root = next((s for s in causes if s["node"] == origin), causes[0])
+    hung = [s for s in present if s["status"] == HUNG]
+    # What only followed another node's fault (its ranks vanished: "Connection closed by
+    # peer") is listed after the cause: a real failure, else a lost node, else a hang.
+    consequences = [
+        f"node {s['node']} ({s['host']}), as a consequence: {s['root']['line']}"
+        for s in failed
+        if not real
+    ]
+    if real:
+        root = next((s for s in real if s["node"] == origin), real[0])
         lines.insert(0, _failure_line(root))
         code = exitcodes.NODE_LOST if lost else int(root["code"])
         return JobVerdict(
             status=FAILED, code=code, lines=tuple(lines), lost=lost, root_node=root["node"]
         )
-    hung = [s for s in present if s["status"] == HUNG]
+    if lost:
+        return JobVerdict(
+            status=FAILED,
+            code=exitcodes.NODE_LOST,
+            lines=(*lines, *consequences),
+            lost=lost,
+            root_node=lost[0],
+        )
     if hung:  # the nodes that name a culprit first: the others only wait for it
         hung.sort(key=lambda s: not (s["hang"] or {}).get("culprits"))
         for summary in hung:
@@ -135,9 +138,18 @@ def conclude_job(
         return JobVerdict(
             status=HUNG,
             code=exitcodes.HANG,
-            lines=tuple(lines),
+            lines=(*lines, *consequences),
             lost=lost,
             root_node=hung[0]["node"],
+        )
+    if failed:
+        root = next((s for s in failed if s["node"] == origin), failed[0])
+        return JobVerdict(
+            status=FAILED,
+            code=int(root["code"]),
+            lines=(_failure_line(root),),
+            lost=lost,
+            root_node=root["node"],
         )
     if lost or any(s["status"] != SUCCEEDED for s in present):
         if not lost:
