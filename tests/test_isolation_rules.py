@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,45 @@ def test_transport_bisection_leaves_the_users_variables_alone() -> None:
     reruns, skipped = transport_reruns(box, {"NCCL_IB_DISABLE": "0"})
     assert [dict(r.env) for r in reruns] == [{"NCCL_P2P_DISABLE": "1"}, {"NCCL_SHM_DISABLE": "1"}]
     assert skipped == ["NCCL_IB_DISABLE is already set to '0': not varied"]
+
+
+def test_the_ledger_records_calls_however_arguments_are_given(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.all_reduce(torch.ones(4), dist.ReduceOp.MAX)\n"  # op by position
+        "dist.broadcast(src=0, tensor=torch.ones(2, 3))\n"  # keywords in another order
+        "dist.all_reduce(tensor=torch.ones(5, dtype=torch.float64))\n"
+        "dist.all_reduce(torch.ones(1), group=dist.new_group([0]))\n"  # a subgroup: not recorded
+        "dist.barrier()\n"
+        "dist.destroy_process_group()\n"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ledger = tmp_path / "rank0.collectives.log"
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "SAFELAUNCH_FORCE_GLOO": "1",
+        "SAFELAUNCH_COLLECTIVES": str(ledger),
+    }
+    code = "from safelaunch.rank.bootstrap import main; main()"
+    subprocess.run(
+        [sys.executable, "-c", code, "script", str(script)], env=env, check=True, timeout=60
+    )
+    assert ledger.read_text().splitlines() == [
+        "1\tall_reduce\tfloat32[4] RedOpType.MAX",
+        "2\tbroadcast\tfloat32[2, 3]",
+        "3\tall_reduce\tfloat64[5]",
+        "4\tbarrier\t",
+    ]

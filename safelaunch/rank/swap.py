@@ -100,13 +100,13 @@ class _Ledger:
         os.write(self._fd, f"{self._count}\t{op}\t{what}\n".encode())
 
 
-def _group_index(function: Callable[..., Any]) -> int | None:
+def _parameters(function: Callable[..., Any]) -> list[str]:
     import inspect
 
     try:
-        return list(inspect.signature(function).parameters).index("group")
+        return list(inspect.signature(function).parameters)
     except (ValueError, TypeError):
-        return None
+        return []
 
 
 def _record_collective(
@@ -115,20 +115,26 @@ def _record_collective(
     real = getattr(module, name, None)
     if real is None:
         return
-    group_at = _group_index(real)
+    parameters = _parameters(real)
+
+    def argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int | None) -> Any:
+        """The call's value for the parameter at `index`, given by position or by name."""
+        if index is None or index >= len(parameters):
+            return None
+        if parameters[index] in kwargs:
+            return kwargs[parameters[index]]
+        return args[index] if index < len(args) else None
+
+    group_at = parameters.index("group") if "group" in parameters else None
+    op_at = parameters.index("op") if "op" in parameters else None
 
     @functools.wraps(real)
     def collective(*args: Any, **kwargs: Any) -> Any:
         try:
-            group = kwargs.get("group")
-            if group is None and group_at is not None and len(args) > group_at:
-                group = args[group_at]
+            group = argument(args, kwargs, group_at)
             if group is None or group is module.GroupMember.WORLD:
-                value = args[position] if position is not None and len(args) > position else None
-                if value is None and position is not None:
-                    value = next(iter(kwargs.values()), None)
-                op = kwargs.get("op")
-                what = describe(value) if position is not None else ""
+                what = describe(argument(args, kwargs, position)) if position is not None else ""
+                op = argument(args, kwargs, op_at)
                 ledger.write(name, f"{what} {op}".strip() if op is not None else what)
         except Exception:
             pass  # the record is a diagnostic; the collective must run regardless
