@@ -91,6 +91,22 @@ def launch(
     return result
 
 
+def start(
+    where: Path, *args: str, env: dict[str, str] | None = None, text: bool = False
+) -> tuple[subprocess.Popen, str]:
+    """Start safelaunch in the background (logs under where/logs); the process and its mark."""
+    run_env, mark = marked_env(where, env)
+    proc = subprocess.Popen(
+        safelaunch_cmd("--log-dir", str(where / "logs"), *args),
+        cwd=where,
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=text,
+    )
+    return proc, mark
+
+
 def cli(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_orphans, launch, line_of, marked_env, safelaunch_cmd, worker
+from conftest import assert_no_orphans, launch, line_of, start, worker
 
 pytestmark = pytest.mark.slow
 CASES = worker("isolate_cases.py")
@@ -195,13 +194,8 @@ def test_transport_bisection_finds_the_variable_that_helps(tmp_path: Path) -> No
 
 
 def test_ctrl_c_during_a_rerun_keeps_the_jobs_code_and_writes_the_report(tmp_path: Path) -> None:
-    env, mark = marked_env(tmp_path, {"CASE": "flaky", "FLAKY_SLOW": "1", **AUTO})
-    proc = subprocess.Popen(
-        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), "--nproc-per-node=2", CASES),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    proc, mark = start(
+        tmp_path, "--nproc-per-node=2", CASES, env={"CASE": "flaky", "FLAKY_SLOW": "1", **AUTO}
     )
     deadline = time.monotonic() + 60
     while not list((tmp_path / "logs").glob("*/isolate_gloo/rank1.comm.json")):

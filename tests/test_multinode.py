@@ -6,12 +6,11 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_orphans, marked_env, safelaunch_cmd, worker
+from conftest import assert_no_orphans, start, worker
 
 pytestmark = pytest.mark.slow
 JOB = worker("multinode.py")
@@ -25,16 +24,7 @@ def _port() -> int:
 def _start(tmp_path: Path, node: int, flags: list[str], env: dict[str, str] | None = None):
     where = tmp_path / f"node{node}"
     where.mkdir(exist_ok=True)
-    run_env, mark = marked_env(where, env)
-    proc = subprocess.Popen(
-        safelaunch_cmd("--log-dir", str(where / "logs"), *flags),
-        cwd=where,
-        env=run_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    return proc, mark
+    return start(where, *flags, env=env, text=True)
 
 
 def _two_nodes(tmp_path: Path, per_node, env=None, timeout: float = 120):

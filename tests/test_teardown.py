@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_orphans, launch, marked_env, safelaunch_cmd, worker
+from conftest import assert_no_orphans, launch, start, worker
 
 pytestmark = pytest.mark.slow
 
@@ -52,14 +51,7 @@ def test_shutdown_timeout_bounds_a_rank_that_ignores_sigterm(tmp_path: Path) -> 
 
 
 def _start_and_wait_ready(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
-    run_env, mark = marked_env(tmp_path, env)
-    proc = subprocess.Popen(
-        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args),
-        cwd=tmp_path,
-        env=run_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc, mark = start(tmp_path, *args, env=env)
     nproc = int(next(a for a in args if a.startswith("--nproc-per-node=")).split("=")[1])
     deadline = time.monotonic() + 30
     while len(list((tmp_path / "pids").iterdir())) < nproc:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from safelaunch.diagnose import Diagnosis, describe_ending
+from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import cause, matches
 from safelaunch.diagnose.signatures import (
     COMMUNICATION,
@@ -280,13 +280,9 @@ def _gloo_limit(diagnosis: Diagnosis, outcome: Outcome) -> Signature | None:
     if diagnosis.root_cause is None:
         return None
     text = diagnosis.error.line if diagnosis.error else diagnosis.evidence or ""
-    found = matches(text, None, GLOO_LIMITS)
-    if not found:
-        log = diagnosis.root_cause.log_path
-        try:
-            found = matches(log.read_text(errors="replace")[-(1 << 20) :], None, GLOO_LIMITS)
-        except OSError:
-            return None
+    found = matches(text, None, GLOO_LIMITS) or matches(
+        read_tail(diagnosis.root_cause.log_path), None, GLOO_LIMITS
+    )
     match = cause(found)
     return match.signature if match else None
 
