@@ -2,7 +2,9 @@
 
 Every write goes through one lock, so a launcher message never lands inside a
 rank's line, and a console that went away (closed pipe, `| head`) is dropped
-without stopping the job: the per-rank files still get everything.
+without stopping the job: the per-rank files still get everything. A console that
+blocks (a pipe nobody reads) holds up neither the launcher log nor, past
+LOCK_WAIT, the launcher's own messages.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import threading
 from typing import BinaryIO
 
+LOCK_WAIT = 1.0  # seconds a message waits for a terminal write stuck on a full pipe
 _YELLOW, _RED, _RESET = "\x1b[33m", "\x1b[31m", "\x1b[0m"
 
 
@@ -38,18 +41,20 @@ class Console:
         self._out: BinaryIO | None = out if out is not None else sys.stdout.buffer
         self._err: BinaryIO | None = err if err is not None else sys.stderr.buffer
         self.color = color
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the terminal
+        self._log_lock = threading.Lock()
+        self._stuck = False  # a rank-output write held the terminal past LOCK_WAIT
         self._log_fd: int | None = None
 
     def attach_log(self, fd: int) -> None:
         """Copy launcher messages into `fd` (the attempt's launcher.log); we close it."""
         self.close_log()
-        with self._lock:
+        with self._log_lock:
             self._log_fd = fd
 
     def close_log(self) -> None:
         """Stop copying messages to the launcher log and close it."""
-        with self._lock:
+        with self._log_lock:
             if self._log_fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(self._log_fd)
@@ -64,27 +69,51 @@ class Console:
         if self.color and level in ("warning", "error"):
             colour = _YELLOW if level == "warning" else _RED
             shown = "".join(f"{colour}{line}{_RESET}\n" for line in lines)
-        with self._lock:
-            self._err = _write(self._err, shown.encode("utf-8", "replace"))
+        with self._log_lock:  # the log first: it never waits for the terminal
             if self._log_fd is not None:
                 try:
                     os.write(self._log_fd, plain.encode("utf-8", "replace"))
                 except OSError:
                     self._log_fd = None
+        # Rank output stuck on a blocked stdout holds the lock: go round it rather
+        # than wait (only a stuck console can then see a message inside its lines).
+        locked = self._lock.acquire(timeout=0 if self._stuck else LOCK_WAIT)
+        self._stuck = not locked  # wait once, not once per message
+        try:
+            self._err = _write(self._err, shown.encode("utf-8", "replace"))
+        finally:
+            if locked:
+                self._lock.release()
 
     def emit(self, data: bytes) -> None:
         """Write already-prefixed whole lines of rank output."""
         with self._lock:
             self._out = _write(self._out, data)
+            self._stuck = False
 
 
 def _write(stream: BinaryIO | None, data: bytes) -> BinaryIO | None:
-    """Write and flush; return None once the stream is unusable."""
+    """Write and flush; return None once the stream is unusable.
+
+    A real file descriptor is written with os.write, past Python's buffer: a thread
+    blocked on a full pipe then holds no lock of the interpreter's, which would make
+    exiting with it still blocked a fatal error instead of the job's exit code.
+    """
     if stream is None:
         return None
     try:
-        stream.write(data)
-        stream.flush()
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fd = None
+    try:
+        if fd is None:
+            stream.write(data)
+            stream.flush()
+            return stream
+        stream.flush()  # whatever went through the buffer goes first
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
     except (OSError, ValueError):
         return None
     return stream

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import resource
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from conftest import console_lines, launch, marked_env, safelaunch_cmd, worker
+from conftest import assert_no_orphans, console_lines, launch, marked_env, safelaunch_cmd, worker
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 PAD = "x" * 40
 
@@ -134,3 +140,56 @@ def test_unwritable_log_dir_runs_with_console_only(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "cannot write logs under" in run.stderr
     assert console_lines(run.stdout, 1) == _expected(1, 4)
+
+
+def test_blocked_console_loses_no_byte_from_files_or_diagnosis(tmp_path: Path) -> None:
+    """safelaunch's stdout is a tiny pipe nobody reads: the files and the diagnosis stay whole.
+
+    The console falls behind (and says so); the report is written while it is still
+    blocked, from the files. Lines per rank: enough single writes to fill the console
+    queue several times over.
+    """
+    count = 1200
+    env, mark = marked_env(tmp_path, {"LINES": str(count)})
+    logs = tmp_path / "logs"
+    out_read, out_write = os.pipe()
+    fcntl.fcntl(out_write, F_SETPIPE_SZ, 4096)
+    with open(tmp_path / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen(
+            safelaunch_cmd(
+                "--log-dir", str(logs), "--nproc-per-node=4", worker("flood_then_fail.py")
+            ),
+            cwd=tmp_path,
+            env=env,
+            stdout=out_write,
+            stderr=err,
+        )
+    os.close(out_write)
+    try:
+        deadline = time.monotonic() + 60
+        report = None
+        while report is None and time.monotonic() < deadline and proc.poll() is None:
+            found = list(logs.glob("*/attempt_0/report.json"))
+            report = found[0] if found else None
+            time.sleep(0.2)
+        assert report is not None, "no report while the console was blocked"
+        time.sleep(0.5)  # written atomically? read it once it settled
+        record = json.loads(report.read_text())
+        assert "could not write checkpoint shard 3" in json.dumps(record["diagnosis"])
+        for rank in range(4):
+            log = (report.parent / f"rank{rank}.log").read_text()
+            lines = [line for line in log.splitlines() if line.startswith(f"r{rank} line")]
+            assert len(lines) == count
+        assert (
+            "RuntimeError: rank 0 could not write checkpoint shard 3"
+            in (report.parent / "rank0.log").read_text()
+        )
+    finally:
+        with os.fdopen(out_read, "rb") as out:
+            shown = out.read()  # now the console drains
+        code = proc.wait(timeout=60)
+    assert code == 1
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert "console fell behind" in stderr, stderr[-2000:]
+    assert b"[rank" in shown
+    assert_no_orphans(mark, within=2.0)

@@ -44,6 +44,7 @@ from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 HANG_WORD = "hang:"  # in a node's stop announcement: the others take their stacks too
 STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
+CONSOLE_CLOSE = 2.0  # a console blocked longer is left behind: the files have everything
 CANNOT_RUN = 127  # shell convention for "command could not be run"
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
 
@@ -496,6 +497,6 @@ class _Attempt:
         for tee in self._tees.values():
             tee.join(TEE_DRAIN + 1)
         if self._writer.is_alive():
-            self._writer.close()
+            self._writer.close(CONSOLE_CLOSE)
         for filtered in self._filtered.values():
             filtered.close()

@@ -8,6 +8,7 @@ never mix (honcho's model).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import select
@@ -26,23 +27,42 @@ PARTIAL_AFTER = 1.0  # seconds an unterminated line waits before the console sho
 # launcher far less CPU, which the ranks need, than thousands of tiny ones.
 COALESCE = 0.002
 _STOP = b""
+DRAIN_LIMIT = 64 * 1024 * 1024  # bytes read from a pipe still held open at the end
+STUCK_AFTER = 2.0  # seconds a reader waits for a console that takes nothing
 
 LogErrorHook = Callable[[int, Path, OSError, int], None]
 
 
 class ConsoleWriter(threading.Thread):
-    """The only thread that writes rank output to the terminal."""
+    """The only thread that writes rank output to the terminal.
+
+    Files come first: a reader waits for the console at most STUCK_AFTER seconds.
+    A slow terminal still slows the ranks (as an inherited one would), but a blocked
+    one (a pipe nobody reads, a suspended `less`) must not stop the readers: their
+    pipes would fill, the ranks' last words (a traceback) would stay unread, and the
+    diagnosis reads the files. Lines the console could not take are counted and said.
+    """
 
     def __init__(self, console: Console) -> None:
         super().__init__(name="safelaunch-console", daemon=True)
         self._console = console
-        # Bounded: a slow terminal slows the ranks (as an inherited one would),
-        # instead of growing the launcher without limit. Files are written first.
+        # Bounded: the launcher does not grow without limit behind a slow terminal.
         self._queue: queue.Queue[bytes] = queue.Queue(maxsize=4096)
+        self._stuck = threading.Event()  # set: readers no longer wait for the console
+        self._skipped = 0  # lines not shown since the console last caught up
+        self._skipped_lock = threading.Lock()
 
     def put(self, data: bytes) -> None:
-        """Queue whole, prefixed lines."""
-        self._queue.put(data)
+        """Queue whole, prefixed lines; skip them when the console is stuck."""
+        try:
+            if self._stuck.is_set():
+                self._queue.put_nowait(data)
+            else:
+                self._queue.put(data, timeout=STUCK_AFTER)
+        except queue.Full:
+            self._stuck.set()
+            with self._skipped_lock:
+                self._skipped += data.count(b"\n")
 
     def run(self) -> None:
         while True:
@@ -54,13 +74,39 @@ class ConsoleWriter(threading.Thread):
                     break
             done = batch[-1] is _STOP
             self._console.emit(b"".join(batch))
+            if done or self._queue.empty():
+                self._say_skipped()
             if done:
                 return
 
-    def close(self) -> None:
-        """Write what is queued, then stop."""
-        self._queue.put(_STOP)
-        self.join()
+    def _say_skipped(self) -> None:
+        """One line each time the console catches up after falling behind."""
+        with self._skipped_lock:
+            skipped, self._skipped = self._skipped, 0
+            self._stuck.clear()
+        if skipped:
+            self._console.say(
+                f"the console fell behind: {skipped} line(s) of rank output not shown here; "
+                "the rank logs have every byte",
+                "warning",
+            )
+
+    def close(self, timeout: float) -> None:
+        """Write what is queued, then stop; give up after `timeout` (a blocked console)."""
+        self._stuck.set()
+        until = time.monotonic() + timeout
+        while self.is_alive() and time.monotonic() < until:
+            try:
+                self._queue.put(_STOP, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self.join(max(0.0, until - time.monotonic()))
+        if self.is_alive():  # it may never catch up: what it still holds is not shown
+            with contextlib.suppress(queue.Empty), self._skipped_lock:
+                while True:
+                    self._skipped += self._queue.get_nowait().count(b"\n")
+            self._say_skipped()
 
 
 class FilteredLog:
@@ -138,6 +184,7 @@ class RankTee(threading.Thread):
         try:
             while self._pipes:
                 if self._stop_at is not None and time.monotonic() >= self._stop_at:
+                    self._drain()
                     break
                 ready = poller.poll(self._poll_timeout_ms())
                 if ready and not self._behind:
@@ -152,6 +199,18 @@ class RankTee(threading.Thread):
             if self._log_fd is not None:
                 os.close(self._log_fd)
                 self._log_fd = None
+
+    def _drain(self) -> None:
+        """Before giving up on a pipe a stranger holds open: read what is in it now.
+
+        Bounded (DRAIN_LIMIT per pipe): that stranger may never stop writing.
+        """
+        for fd in list(self._pipes):
+            os.set_blocking(fd, False)  # empty now: EAGAIN ends the stream like EOF
+            taken = 0
+            while fd in self._pipes and taken < DRAIN_LIMIT:
+                self._read(fd)
+                taken += CHUNK
 
     def _poll_timeout_ms(self) -> int:
         """Block until data, except to show a stale partial line or to honour stop_by."""
