@@ -87,7 +87,11 @@ def _own(*names: str, **kwargs: Any) -> Callable[..., Any]:
 
 
 _OPTIONS = [
-    _torchrun("nnodes", default="1:1", help="Nodes: N or MIN:MAX (only 1 for now)."),
+    _torchrun(
+        "nnodes",
+        default="1:1",
+        help="Nodes: N or MIN:MAX; one safelaunch per node (in SLURM: its count).",
+    ),
     _torchrun("nproc-per-node", default="1", help="Ranks on this node: int, gpu, cpu or auto."),
     _torchrun("rdzv-backend", default="static", type=click.Choice(RDZV_BACKENDS)),
     _torchrun("rdzv-endpoint", default="", help="host[:port] of the rendezvous."),
@@ -117,7 +121,8 @@ _OPTIONS = [
     _torchrun(
         "signals-to-handle",
         default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-        help="Signals forwarded to the ranks.",
+        help="Signals forwarded to the ranks, then the job stops. SIGUSR1/SIGUSR2 are "
+        "always passed on (under srun SLURM has sent them to every rank) and never stop it.",
     ),
     _torchrun(
         "shutdown-timeout",

@@ -2,7 +2,8 @@
 
 Layouts: a safelaunch log, run or attempt directory (rankK.log); a torchrun log or run
 directory (attempt_N/<local_rank>/{stdout,stderr}.log); a single combined log, such as a
-SLURM .out file, whose rank lines carry `[rankN]:` or torchrun's `[default0]:` prefix.
+SLURM .out file, whose rank lines carry `[rankN]:`, safelaunch's multi-node `[node1/rank3]:`
+or torchrun's `[default0]:` prefix.
 Lines without a prefix are the launcher's own (torchrun's ChildFailedError traceback):
 never a rank's error, but torchrun's "Root Cause" block names the failed rank and code.
 """
@@ -14,15 +15,17 @@ import re
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from safelaunch.diagnose import from_log, read_tail
+from safelaunch.diagnose.frames import LINE_PREFIX
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.errors import SafelaunchError
 
-_PREFIX = re.compile(r"^\[(?:rank\s*|[A-Za-z_][\w-]*?)(\d+)\]:\s?(.*)$")
+# safelaunch's own line on each node of a multi-node job: which host is node N
+_NODE_HOST = re.compile(r"^safelaunch: node (\d+) of \d+ \(([^)]*)\)")
 _TORCHRUN_ROOT = re.compile(
     r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.S
 )
@@ -43,6 +46,7 @@ class RankLog:
     text: str
     signum: int | None = None
     order: int = 0  # where its first line appears in a combined log (earlier = sooner)
+    node: int | None = None  # a multi-node combined log: the node the rank ran on
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +56,7 @@ class LogSet:
     layout: str
     ranks: tuple[RankLog, ...]
     root_hint: int | None = None  # the launcher's own verdict, where it left one
+    hosts: dict[int, str] = field(default_factory=dict)  # node -> host, where the log says
 
 
 def _signal_of(code: int | None) -> int | None:
@@ -102,15 +107,21 @@ def split_combined(text: str) -> LogSet:
     """Cut a combined log into ranks by their line prefixes."""
     lines: dict[int, list[str]] = {}
     first_seen: dict[int, int] = {}
+    nodes: dict[int, int] = {}
+    hosts: dict[int, str] = {}
     launcher: list[str] = []
     for number, line in enumerate(text.splitlines()):
-        match = _PREFIX.match(line)
+        match = LINE_PREFIX.match(line)
         if match is None:
             launcher.append(line)
+            if placed := _NODE_HOST.match(line):
+                hosts[int(placed[1])] = placed[2]
             continue
-        rank = int(match[1])
-        lines.setdefault(rank, []).append(match[2])
+        rank = int(match["rank"])
+        lines.setdefault(rank, []).append(match["text"])
         first_seen.setdefault(rank, number)
+        if match["node"] is not None:
+            nodes.setdefault(rank, int(match["node"]))
     root = _TORCHRUN_ROOT.search("\n".join(launcher))
     codes = {int(root[1]): int(root[2])} if root else {}
     ranks = tuple(
@@ -120,10 +131,16 @@ def split_combined(text: str) -> LogSet:
             text="\n".join(lines[rank]) + "\n",
             signum=_signal_of(codes.get(rank)),
             order=first_seen[rank],
+            node=nodes.get(rank),
         )
         for rank in sorted(lines)
     )
-    return LogSet(layout="combined log", ranks=ranks, root_hint=int(root[1]) if root else None)
+    return LogSet(
+        layout="combined log",
+        ranks=ranks,
+        root_hint=int(root[1]) if root else None,
+        hosts=hosts,
+    )
 
 
 def load(where: str) -> LogSet:
@@ -190,7 +207,7 @@ def render(where: str, logs: LogSet, verdict: Verdict) -> str:
             if signature
             else ("unknown: no known signature; the error below is the lead")
         )
-        lines.append(f"root cause: rank {root.rank}")
+        lines.append(f"root cause: rank {root.rank}{_where(root, logs.hosts)}")
         lines.append(f"  class: {klass}")
         error = from_log(root.path or Path("-"), root.text)
         if error is not None:
@@ -210,6 +227,14 @@ def render(where: str, logs: LogSet, verdict: Verdict) -> str:
         f"note: rank {rank} logged a non-finite loss: {line!r}" for rank, line in verdict.non_finite
     )
     return "\n".join(lines)
+
+
+def _where(rank: RankLog, hosts: dict[int, str]) -> str:
+    """` on node 1 (n2)` for a rank of a multi-node combined log; '' otherwise."""
+    if rank.node is None:
+        return ""
+    host = hosts.get(rank.node)
+    return f" on node {rank.node}" + (f" ({host})" if host else "")
 
 
 def explain(where: str, table: Sequence[Signature] = SIGNATURES) -> str:

@@ -36,6 +36,7 @@ from safelaunch.report import (
     shown_path,
     write_report,
 )
+from safelaunch.slurm import in_step, node_name
 from safelaunch.supervisor import (
     AttemptRecord,
     Keeper,
@@ -128,7 +129,7 @@ def run(config: LaunchConfig, console: Console) -> int:
     table = signatures.load(config.signatures_file)  # a bad file stops us before anything starts
     preflight = run_preflight(config)
     identity = new_run(config)
-    receiver = SignalReceiver(config.signals_to_handle)
+    receiver = SignalReceiver(config.signals_to_handle, pass_on=not in_step(config.environ))
     keeper: Keeper | None = None
     membership: Membership | None = None
     try:
@@ -173,7 +174,7 @@ def _join(config: LaunchConfig, preflight: PreflightReport, console: Console) ->
     low, high = config.nnodes
     count = str(low) if low == high else f"{low}-{high}"
     console.say(f"rendezvous ({where}): waiting for {count} node(s)")
-    host = config.local_addr or socket.getfqdn()
+    host = config.local_addr or node_name(config.environ) or socket.getfqdn()
     membership = join(config, preflight.nproc, preflight.node_facts, host)
     place = membership.placement
     last = place.base_rank + preflight.nproc - 1

@@ -5,6 +5,12 @@ node count, this node's rank, the master (the first host of the node list, expan
 with python-hostlist), the run id (the job id) and the ranks per node (the GPUs SLURM
 gave the node) come from SLURM. Explicit flags always win; the banner says where each
 value came from.
+
+Inside an allocation, an `srun -N<k>` step may run on a subset of the job's nodes: the
+step's own variables (SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST) describe where this
+safelaunch's peers are, so they win over the job's (SLURM_JOB_NUM_NODES,
+SLURM_JOB_NODELIST). SLURM_NODEID is already relative to the step (measured with
+SLURM 22.05: `srun -N1 -r1` on a two-node job gives SLURM_NODEID=0, SLURM_NNODES=1).
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from typing import Any
 from safelaunch.errors import ConfigError
 
 PORT_BASE, PORT_SPAN = 20000, 20000  # the master port: the same on every node of a job
+# The step's own values first: a step may hold fewer nodes than the job (see above).
+_NODE_COUNT = ("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+_NODE_LIST = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
 
 def first_host(nodelist: str) -> str:
@@ -46,16 +55,16 @@ def slurm_defaults(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     if not job:
         return {}
     found: dict[str, tuple[Any, str]] = {}
-    count_var = next((v for v in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES") if v in environ), None)
+    count_var = next((v for v in _NODE_COUNT if v in environ), None)
     nodes = _int(environ, count_var) if count_var else 1
     if count_var:
         found["nnodes"] = (str(nodes), count_var)
     if nodes > 1:
         if "SLURM_NODEID" in environ:
             found["node_rank"] = (_int(environ, "SLURM_NODEID"), "SLURM_NODEID")
-        nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-        if nodelist:
-            found["master_addr"] = (first_host(nodelist), "first host of SLURM_JOB_NODELIST")
+        list_var = next((v for v in _NODE_LIST if environ.get(v)), None)
+        if list_var:
+            found["master_addr"] = (first_host(environ[list_var]), f"first host of {list_var}")
         port = PORT_BASE + (int(job) % PORT_SPAN if job.isdigit() else 0)
         found["master_port"] = (port, "derived from SLURM_JOB_ID")
         found["rdzv_id"] = (job, "SLURM_JOB_ID")
@@ -63,3 +72,24 @@ def slurm_defaults(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     if gpus and gpus.isdigit() and int(gpus) > 0:
         found["nproc_per_node"] = (gpus, "SLURM_GPUS_ON_NODE")
     return found
+
+
+def node_name(environ: Mapping[str, str]) -> str | None:
+    """The node's name as SLURM knows it (SLURMD_NODENAME), for labels; None outside SLURM.
+
+    getfqdn() can say `localhost` on cluster nodes whose /etc/hosts lists the hostname
+    on 127.0.0.1 (and says the host, not the node, where several slurmd share a host).
+    """
+    if not environ.get("SLURM_JOB_ID"):
+        return None
+    return environ.get("SLURMD_NODENAME") or None
+
+
+def in_step(environ: Mapping[str, str]) -> bool:
+    """Inside an srun job step, where SLURM signals every process of the step itself.
+
+    Measured (SLURM 22.05, proctrack/linuxproc; cgroup tracking reaches every process
+    too): scancel, a time limit and `--signal=USR1@N` reach the ranks directly, even in
+    their own sessions. The batch script's own step has no SLURM_STEP_ID.
+    """
+    return bool(environ.get("SLURM_JOB_ID")) and bool(environ.get("SLURM_STEP_ID"))

@@ -99,3 +99,22 @@ def test_bad_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _explain(str(empty)).returncode == 2
+
+
+def test_safelaunch_multi_node_prefix_names_the_rank_and_node() -> None:
+    """A SLURM .out of a two-node job: `[node1/rank3]:` lines, width-padded ones too."""
+    text = "\n".join(
+        [
+            "safelaunch: node 0 of 2 (gpu-a): ranks 0-1 of 4; every node checked alike",
+            "safelaunch: node 1 of 2 (gpu-b): ranks 2-3 of 4; every node checked alike",
+            "[node0/rank0]: step 0 loss 1.2",
+            "[node1/rank 3]: [rank3]: Traceback (most recent call last):",
+            '[node1/rank 3]: [rank3]:   File "/home/u/train.py", line 12, in <module>',
+            "[node1/rank 3]: [rank3]: ZeroDivisionError: division by zero",
+        ]
+    )
+    result = _explain("-", stdin=text)
+    assert "combined log, 2 rank log(s)" in result.stdout
+    assert "root cause: rank 3 on node 1 (gpu-b)" in result.stdout
+    assert "error: ZeroDivisionError: division by zero" in result.stdout
+    assert "at:    /home/u/train.py:12 in <module>" in result.stdout

@@ -8,7 +8,7 @@ from safelaunch.config import build_config
 from safelaunch.diagnose.nodes import conclude_job
 from safelaunch.errors import ConfigError
 from safelaunch.rendezvous import assign, fact_mismatches
-from safelaunch.slurm import first_host, slurm_defaults
+from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults
 
 
 @pytest.mark.parametrize(
@@ -207,3 +207,29 @@ def test_a_hang_elsewhere_outranks_the_consequences_it_caused() -> None:
     assert job.status == "hung" and job.code == 124 and job.root_node == 1
     assert job.lines[0].startswith("HUNG on node 1 (h1): likely culprit rank 3")
     assert job.lines[1].startswith("node 0 (h0), as a consequence: rank 0")
+
+
+def test_an_srun_step_on_part_of_the_allocation_takes_the_steps_values() -> None:
+    """`srun -N1 -r1` inside a two-node job (values as SLURM 22.05 sets them)."""
+    step = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NUM_NODES": "4",
+        "SLURM_JOB_NODELIST": "gpu-[01-04]",
+        "SLURM_NODELIST": "gpu-[01-04]",  # SLURM leaves the job's list here
+        "SLURM_NNODES": "2",
+        "SLURM_STEP_ID": "3",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_STEP_NODELIST": "gpu-[03-04]",
+        "SLURM_NODEID": "1",  # relative to the step
+        "SLURMD_NODENAME": "gpu-04",
+    }
+    found = slurm_defaults(step)
+    assert found["nnodes"] == ("2", "SLURM_STEP_NUM_NODES")
+    assert found["node_rank"] == (1, "SLURM_NODEID")
+    assert found["master_addr"] == ("gpu-03", "first host of SLURM_STEP_NODELIST")
+    assert slurm_defaults({**step, "SLURM_STEP_NUM_NODES": "1"})["nnodes"] == (
+        "1",
+        "SLURM_STEP_NUM_NODES",
+    )
+    assert node_name(step) == "gpu-04" and node_name({"SLURMD_NODENAME": "x"}) is None
+    assert in_step(step) and not in_step({**step, "SLURM_STEP_ID": ""})  # the batch script

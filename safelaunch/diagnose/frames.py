@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-RANK_MARKER = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix after init_process_group
+# torch's prefix after init_process_group (`[rank3]:`), and safelaunch's own multi-node
+# console prefix (`[node1/rank3]:`, `[node1/rank 3]:` when widths differ).
+RANK_MARKER = re.compile(r"^\[(?:node\d+/)?rank\s*\d+\]:\s?")
+# A console line of a combined log (a SLURM .out): safelaunch's `[rank3]:` and
+# `[node1/rank3]:`, torchrun's role prefix `[default0]:` (a local rank).
+LINE_PREFIX = re.compile(
+    r"^\[(?:node(?P<node>\d+)/rank\s*|rank\s*|[A-Za-z_][\w-]*?)(?P<rank>\d+)\]:\s?(?P<text>.*)$"
+)
 # Installed libraries, and safelaunch's own in-rank wrappers (an editable install
 # is outside site-packages): never the user's code.
 LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "safelaunch/rank/")

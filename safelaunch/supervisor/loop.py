@@ -46,6 +46,7 @@ STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CONSOLE_CLOSE = 2.0  # a console blocked longer is left behind: the files have everything
 CANNOT_RUN = 127  # shell convention for "command could not be run"
+OWN_SIGNAL_WAIT = 1.0  # ranks died of SIGTERM & co: the launcher's copy is due within this
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
 
 
@@ -280,6 +281,7 @@ class _Attempt:
                 self._check_hang()
             if self._teardown_at is None and self._plan.rerun is not None:
                 self._check_timebox(self._plan.rerun.timebox)
+        self._await_own_signal()
 
     def _collect(self, timeout: float) -> None:
         try:
@@ -324,6 +326,13 @@ class _Attempt:
         return [started.process.pid for started in self._ranks.values()]
 
     def _act_on_signals(self) -> None:
+        for signum, after in self._signals.take_merged():
+            self._console.say(
+                f"received {signal.Signals(signum).name} again {after * 1000:.0f} ms later: "
+                "the same request (SLURM sends it twice at a time limit), not escalated"
+            )
+        for signum in self._signals.take_passed_on():
+            self._pass_on(signum)
         for signum in self._signals.take():
             if self._teardown_at is None:
                 self._interrupt = signum
@@ -333,10 +342,81 @@ class _Attempt:
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
                 )
                 self._begin_teardown("signal", signum)
+            elif self._interrupt is None and self._caused_by(signum):
+                self._signal_reached_ranks_first(signum)
+            elif self._interrupt is None:  # already stopping for another reason
+                self._interrupt = signum
+                self._console.say(
+                    f"received {signal.Signals(signum).name} while stopping the ranks "
+                    f"({self._cause}): SIGKILL at the deadline as planned; again to kill now"
+                )
             else:
                 self._console.say(f"received {signal.Signals(signum).name} again: killing now")
                 self._deadline = time.monotonic()
                 self._killed = False
+
+    def _pass_on(self, signum: int) -> None:
+        """SIGUSR1/SIGUSR2: to each live rank's own process; the job goes on."""
+        name = signal.Signals(signum).name
+        live = [s.process.pid for r, s in self._ranks.items() if r not in self._exits]
+        if not self._signals.pass_on:
+            self._console.say(
+                f"received {name}: SLURM sent it to every process of the step, the ranks "
+                "included; not sent again, the job goes on"
+            )
+            return
+        # The rank's process only, not its group: its DataLoader workers would die of it.
+        signal_pids(set(live), signum)
+        self._console.say(f"received {name}: passed on to {len(live)} rank(s); the job goes on")
+
+    def _caused_by(self, signum: int) -> bool:
+        """Every failure so far is a rank ending of this very signal.
+
+        SLURM (scancel, a time limit) signals every process of the step: the ranks may
+        die of it a moment before the launcher's own copy arrives. That is an interrupt,
+        not a rank failure.
+        """
+        if self._cause == "peer":  # another node's ranks got it first: so did it
+            event = self._peer_event or ""
+            name = signal.Signals(signum).name
+            codes = (f"(returncode {-signum})", f"(returncode {128 + signum})")
+            return event.endswith(f"interrupted by {name}") or event.endswith(codes)
+        failed = [e for e in self._exits.values() if e.returncode != 0]
+        return (
+            self._cause == "rank failed"
+            and bool(failed)
+            and all(e.returncode in (-signum, 128 + signum) for e in failed)
+        )
+
+    def _signal_reached_ranks_first(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        self._console.say(
+            f"received {name}, which the ranks had received too: an interrupt, not a rank "
+            f"failure (SIGKILL at the deadline, {self._plan.shutdown_timeout:g} s after the first)"
+        )
+        self._interrupt = signum
+        failed = [e.ended_after for e in self._exits.values() if e.returncode != 0]
+        if self._cause == "rank failed" and failed:  # the ranks it ended: stopped, not failed
+            self._teardown_at = self._t0 + min(failed)
+        self._cause = "signal"
+        self._tell_peers(f"interrupted by {name}")
+
+    def _await_own_signal(self) -> None:
+        """Every rank died of a signal the launcher handles: wait briefly for its own copy.
+
+        When SLURM signals the whole step the ranks can finish dying before the launcher's
+        signal arrives; without this short wait an scancel would read as a rank failure.
+        """
+        if self._cause != "rank failed" or self._interrupt is not None:
+            return
+        stopping = {-s for s in self._signals.stopping} | {128 + s for s in self._signals.stopping}
+        failed = [e.returncode for e in self._exits.values() if e.returncode != 0]
+        if not failed or not all(code in stopping for code in failed):
+            return
+        until = time.monotonic() + OWN_SIGNAL_WAIT
+        while time.monotonic() < until and self._interrupt is None:
+            self._act_on_signals()
+            time.sleep(0.02)
 
     def _begin_teardown(self, cause: str, signum: int) -> None:
         self._teardown_at = time.monotonic()
