@@ -80,6 +80,8 @@ def test_doctor_needs_nvml_to_match_nvidia_smi_and_a_cuda_torch() -> None:
     verdict = judge.judge_doctor(cuda, [H200])
     assert verdict.status is judge.Status.PASS, verdict.detail
     assert "1 GPU(s) (NVIDIA H200, GPU-5e4f3c1a), driver 580.159.04" in verdict.detail
+    noisy = judge.Ran(rc=0, output=cuda.output + "\nUserWarning: from a library\n", seconds=1.0)
+    assert judge.judge_doctor(noisy, [H200]).status is judge.Status.PASS
     other = judge.Gpu(index=0, uuid="GPU-00000000-0000", name="NVIDIA H200")
     assert judge.judge_doctor(cuda, [other]).status is judge.Status.FAIL
     assert (

@@ -108,6 +108,16 @@ def parse_smi(text: str) -> list[Gpu]:
     return gpus
 
 
+def doctor_json(output: str) -> dict[str, Any] | None:
+    """The JSON object `doctor --json` printed, whatever a library wrote around it."""
+    start = output.find("{")
+    try:
+        data, _ = json.JSONDecoder().raw_decode(output[start:]) if start >= 0 else (None, 0)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _ended(ran: Ran) -> str:
     return "killed at its timeout" if ran.rc is None else f"exit {ran.rc}"
 
@@ -129,9 +139,8 @@ def judge_install(mode: str, imported_from: str, problem: str | None) -> Verdict
 
 def judge_doctor(ran: Ran, smi: Sequence[Gpu]) -> Verdict:
     """`safelaunch doctor --json`: NVML's inventory matches nvidia-smi, torch sees CUDA and NCCL."""
-    try:
-        report = json.loads(ran.output[ran.output.index("{") :])
-    except ValueError:
+    report = doctor_json(ran.output)
+    if report is None:
         return failed(f"doctor --json gave no JSON ({_ended(ran)}): {_tail(ran.output)}")
     inventory = report.get("inventory", {})
     gpus = inventory.get("gpus", [])
@@ -206,10 +215,9 @@ def judge_refused(ran: Ran, nproc: int, visible: int) -> Verdict:
 
 def judge_busy(ran: Ran, holder_pid: int, gpu: int) -> Verdict:
     """doctor while another process holds memory: a warning naming it (or low free memory)."""
-    try:
-        report = json.loads(ran.output[ran.output.index("{") :])
-    except ValueError:
-        return failed(f"doctor --json gave no JSON ({_ended(ran)})")
+    report = doctor_json(ran.output)
+    if report is None:
+        return failed(f"doctor --json gave no JSON ({_ended(ran)}): {_tail(ran.output)}")
     warnings = [f["message"] for f in report.get("findings", []) if f["level"] == "warning"]
     gpus = report.get("inventory", {}).get("gpus", [])
     listed = any(g.get("processes") for g in gpus if g.get("index") == gpu)
