@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # judge, shell, checks beside it
 
-from checks import CHECKS, Context
+from checks import CHECKS, Check, Context
 from judge import (
     Gpu,
     Result,
@@ -51,46 +51,54 @@ def skipped(reason: str, only: list[str]) -> list[Result]:
 def run_checks(
     python: str, gpus: list[Gpu], work: Path, budget_end: float, only: list[str]
 ) -> list[Result]:
+    """Every check in order, each within min(its timeout, what is left of the budget)."""
     results = []
     for name, timeout, check in CHECKS:
         if only and name not in only:
             continue
         left = budget_end - time.monotonic()
         if left < MIN_LEFT:
-            results.append(
-                Result(
-                    name=name, status=Status.SKIP, seconds=0.0, detail="the time budget is spent"
-                )
-            )
-            say(format_line(results[-1]))
-            continue
-        folder = work / name
-        folder.mkdir()
-        started = time.monotonic()
-        ctx = Context(
-            python=python, gpus=tuple(gpus), work=folder, deadline=started + min(timeout, left)
-        )
-        try:
-            verdict, evidence = check(ctx)
-        except Exception as exc:  # a broken check is a FAIL line, not a lost run
-            verdict, evidence = None, {"error": repr(exc)}
-        seconds = time.monotonic() - started
-        if verdict is None:
             result = Result(
-                name=name,
-                status=Status.FAIL,
-                seconds=seconds,
-                detail=f"the check itself broke: {evidence['error']}",
+                name=name, status=Status.SKIP, seconds=0.0, detail="the time budget is spent"
             )
         else:
-            late = seconds >= min(timeout, left) - 0.5
-            detail = verdict.detail + (f" (hit its {timeout:.0f} s timeout)" if late else "")
-            result = Result(
-                name=name, status=verdict.status, seconds=seconds, detail=detail, evidence=evidence
+            folder = work / name
+            folder.mkdir()
+            result = run_one(
+                name,
+                check,
+                Context(
+                    python=python,
+                    gpus=tuple(gpus),
+                    work=folder,
+                    deadline=time.monotonic() + min(timeout, left),
+                ),
+                cut=f"its {timeout:.0f} s timeout" if timeout <= left else "the time budget",
             )
         results.append(result)
         say(format_line(result))
     return results
+
+
+def run_one(name: str, check: Check, ctx: Context, cut: str) -> Result:
+    """One check, timed; a check that raises is a FAIL line, not a lost run."""
+    started = time.monotonic()
+    try:
+        verdict, evidence = check(ctx)
+    except Exception as exc:
+        seconds = time.monotonic() - started
+        return Result(
+            name=name,
+            status=Status.FAIL,
+            seconds=seconds,
+            detail=f"the check itself broke: {exc!r}",
+        )
+    seconds = time.monotonic() - started
+    late = time.monotonic() >= ctx.deadline - 0.5
+    detail = verdict.detail + (f" (stopped at {cut})" if late else "")
+    return Result(
+        name=name, status=verdict.status, seconds=seconds, detail=detail, evidence=evidence
+    )
 
 
 def write_outputs(

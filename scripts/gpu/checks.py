@@ -161,7 +161,8 @@ def busy(ctx: Context) -> tuple[Verdict, Evidence]:
         holder, said = _hold(ctx, gib)
         try:
             if "holding" not in said:
-                return failed(f"the memory holder did not start: {said[-300:]}"), evidence
+                last = said.splitlines()[-1] if said else "no output"
+                return failed(f"the memory holder did not start: {last[:200]}"), evidence
             ran = ctx.safelaunch("doctor", "--json")
         finally:
             stop_group(holder)
