@@ -169,6 +169,8 @@ def test_nccl_timeout_needs_the_signature_and_a_flight_recorder_dump() -> None:
     verdict = judge.judge_flight(ran(record), record["report"], dump)
     assert verdict.status is judge.Status.PASS and "flight-rank0 (5120 bytes)" in verdict.detail
     assert judge.judge_flight(ran(record), record["report"], {}).status is judge.Status.FAIL
+    stray = judge.judge_flight(ran(record), record["report"], {}, ["/tmp/nccl_trace_rank_0"])
+    assert stray.status is judge.Status.FAIL and "/tmp/nccl_trace_rank_0" in stray.detail
     assert (
         judge.judge_flight(ran(record), record["report"], {"flight-rank0": 0}).status.value
         == "FAIL"

@@ -235,16 +235,26 @@ def hang(mode: str) -> Check:
     return check
 
 
+def _default_dumps(since: float) -> list[str]:
+    """Flight recorder files written to torch's default places since `since` (wall clock):
+    where the dump lands when this torch does not read TORCH_FR_DUMP_TEMP_FILE."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torch"
+    places = [*Path("/tmp").glob("nccl_trace_rank_*"), *cache.glob("comm_lib_trace_rank_*")]
+    return sorted(str(p) for p in places if p.stat().st_mtime >= since)
+
+
 def flight_recorder(ctx: Context) -> tuple[Verdict, Evidence]:
     """NCCL's own 6 s timeout (safelaunch's hang timeout is a backstop far behind it)."""
+    started = time.time()
     flags = ("--nproc-per-node", "2", "--no-preflight", "--hang-timeout", "45")
     ran, run_dir = ctx.launch(
         "nccl-timeout", "nccl_pair.py", "timeout", flags=(*flags, "--isolate", "never")
     )
     attempt = run_dir / "attempt_0" if run_dir else None
     dumps = {p.name: p.stat().st_size for p in attempt.glob("flight-rank*")} if attempt else {}
-    verdict = judge_flight(ran, _report(run_dir), dumps)
-    return verdict, {**_evidence(ran, run_dir), "flight_files": dumps}
+    elsewhere = _default_dumps(started)
+    verdict = judge_flight(ran, _report(run_dir), dumps, elsewhere)
+    return verdict, {**_evidence(ran, run_dir), "flight_files": dumps, "elsewhere": elsewhere}
 
 
 # name, timeout (s), check. Ordered by what matters most if the time budget runs out.

@@ -321,17 +321,24 @@ def judge_hang(
     )
 
 
-def judge_flight(ran: Ran, report: Mapping[str, Any] | None, dumps: Mapping[str, int]) -> Verdict:
+def judge_flight(
+    ran: Ran,
+    report: Mapping[str, Any] | None,
+    dumps: Mapping[str, int],
+    elsewhere: Sequence[str] = (),
+) -> Verdict:
     """NCCL's watchdog timeout: diagnosed as collective-timeout, the flight recorder dumped.
 
-    `dumps`: flight recorder file name -> size in the attempt directory.
+    `dumps`: flight recorder file name -> size in the attempt directory; `elsewhere`:
+    dumps found in torch's default places instead (its variables not honoured).
     """
     verdict = judge_failure(ran, report, signature="collective-timeout", klass="communication")
     written = {name: size for name, size in dumps.items() if size > 0}
+    strays = f"; dumped to torch's default place instead: {list(elsewhere)}" if elsewhere else ""
     if verdict.status is Status.FAIL:
-        return failed(f"{verdict.detail}; flight recorder files: {dict(dumps) or 'none'}")
+        return failed(f"{verdict.detail}; flight recorder files: {dict(dumps) or 'none'}{strays}")
     if not written:
-        return failed(f"no flight recorder dump in the attempt directory; {verdict.detail}")
+        return failed(f"no flight recorder dump in the attempt directory{strays}; {verdict.detail}")
     files = ", ".join(f"{name} ({size} bytes)" for name, size in sorted(written.items()))
     return passed(f"{verdict.detail[:140]}; flight recorder: {files}")
 
