@@ -119,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated check names")
     args = parser.parse_args(argv)
     only = [name for name in args.only.split(",") if name]
+    unknown = sorted(set(only) - {name for name, _, _ in CHECKS})
+    if unknown:
+        known = ", ".join(name for name, _, _ in CHECKS)
+        say(f"gpu acceptance: no check named {', '.join(unknown)} (checks: {known})")
+        return 2
     started = time.monotonic()
     gpus, reason = detect_gpus()
     facts = {"python": python_version(), "gpus": reason}

@@ -10,7 +10,8 @@ timeout:   as sleep, with a 6 s NCCL timeout: torch's watchdog aborts rank 0 and
 
 Except in `duplicate`, each rank gets its own NCCL_HOSTID: NCCL then takes the two ranks
 for two hosts and connects them over sockets on loopback, which is what lets one GPU
-carry a real two-rank NCCL job (NCCL refuses it otherwise).
+carry a real two-rank NCCL job (NCCL refuses it otherwise). The socket transport is forced
+(NCCL_NET=Socket, NCCL_IB_DISABLE=1) unless set.
 """
 
 import json
@@ -25,6 +26,7 @@ if MODE != "duplicate":
     os.environ["NCCL_HOSTID"] = f"safelaunch-acceptance-{RANK}"  # before NCCL reads it
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
+    os.environ.setdefault("NCCL_NET", "Socket")  # not a network plugin the image may carry
 
 import torch  # noqa: E402 - NCCL's variables first
 import torch.distributed as dist  # noqa: E402
