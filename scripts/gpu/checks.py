@@ -130,12 +130,14 @@ def _hold(ctx: Context, gib: float) -> tuple[subprocess.Popen[bytes], str]:
     """A process holding `gib` GiB on cuda:0, once it says so (or what it said instead)."""
     holder = subprocess.Popen(
         [ctx.python, str(WORKERS / "hold_memory.py"), f"{gib:.1f}", "300"],
+        env=ctx.env(),  # cuda:0 is GPU 0, as doctor numbers it
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    assert holder.stdout is not None
     said = b""
+    if holder.stdout is None:  # never (stdout=PIPE); says so to the type checker
+        return holder, ""
     until = time.monotonic() + min(60.0, ctx.remaining())
     while b"holding" not in said and time.monotonic() < until and holder.poll() is None:
         ready, _, _ = select.select([holder.stdout], [], [], 1.0)
