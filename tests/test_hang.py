@@ -191,3 +191,53 @@ def test_exit_codes_and_uncaught_exceptions_are_unchanged(
     assert run.returncode == code
     # after its JSON line, the rank wrote exactly what plain python wrote to stderr
     assert run.rank_log(0).decode().splitlines()[1:] == plain.stderr.splitlines()
+
+
+@pytest.fixture
+def cpu_hog():
+    """Two processes spinning beside the test (bounded: they end themselves within 120 s)."""
+    hogs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import time\nend = time.time() + 120\nwhile time.time() < end: pass",
+            ]
+        )
+        for _ in range(2)
+    ]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+def test_rank_waiting_on_working_children_is_not_a_hang(tmp_path: Path, cpu_hog) -> None:
+    """subprocess.run computing, then uploading, while the other rank waits; the machine loaded."""
+    run = launch(
+        tmp_path,
+        "--nproc-per-node=2",
+        "--hang-timeout=1.5",
+        worker("child_work.py"),
+        env={"CHILD_SECONDS": "2"},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "HUNG" not in run.stderr and "hang:" not in run.stderr
+
+
+def test_hang_caught_on_a_loaded_machine(tmp_path: Path, cpu_hog) -> None:
+    text = _assert_hang(tmp_path, _hang(tmp_path, "sleep"))
+    assert "likely culprit: rank 1" in text
+
+
+def test_silent_compute_on_a_loaded_machine_is_not_a_hang(tmp_path: Path, cpu_hog) -> None:
+    """The heartbeat thread starved: the CPU the rank got still counts (the launcher reads it)."""
+    run = launch(
+        tmp_path,
+        "--nproc-per-node=2",
+        "--hang-timeout=1.5",
+        worker("silent_compute.py"),
+        env={"SECONDS_BUSY": "4"},
+    )
+    assert run.returncode == 0, run.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from safelaunch.supervisor.activity import ActivityWatch, Usage, worked
 from safelaunch.supervisor.hang import (
     RENDEZVOUS_ALLOWANCE,
     STARTUP_ALLOWANCE,
@@ -70,3 +73,39 @@ def test_heartbeat_is_a_no_op_outside_safelaunch() -> None:
     assert beat._active is None
     safelaunch.heartbeat(step=3)  # nothing listens: no error, nothing started
     assert beat._active is None
+
+
+def _usage(own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = False) -> Usage:
+    return Usage(own_cpu=own, child_cpu=child, io=io, on_disk=on_disk)
+
+
+@pytest.mark.parametrize(
+    ("now", "elapsed", "spins", "counts"),
+    [
+        (_usage(), 1.0, False, False),  # nothing at all
+        (_usage(own=0.01), 10.0, False, False),  # an idle rank's crumbs
+        (_usage(own=0.3), 2.0, False, True),  # the rank computes (heartbeat starved or not)
+        (_usage(own=0.3), 2.0, True, False),  # NCCL: its own CPU proves nothing
+        (_usage(child=0.3), 2.0, True, True),  # ... its children's does
+        (_usage(child=0.4), 10.0, False, False),  # 4% of a core: below the share
+        (_usage(io=200 * 1024), 0.5, False, False),  # below the floor
+        (_usage(io=1024 * 1024), 2.0, False, True),  # a slow upload
+        (_usage(io=1024 * 1024), 60.0, False, False),  # heartbeat-sized writes over a minute
+        (_usage(on_disk=True), 1.0, False, True),  # waiting on the disk
+    ],
+)
+def test_what_counts_as_work_in_a_ranks_process_tree(
+    now: Usage, elapsed: float, spins: bool, counts: bool
+) -> None:
+    assert (worked(_usage(), now, elapsed, spins) is not None) is counts
+
+
+def test_the_heartbeat_threads_own_cpu_is_not_the_ranks_work() -> None:
+    watch = ActivityWatch()
+    beat = Beat(rank=0, time=0, since=0, frames=(), step=None, seq=None, cost=0.0)
+    watch.update({0: _usage(own=1.0)}, {0: beat}, now=100.0)
+    spent = Beat(rank=0, time=0, since=0, frames=(), step=None, seq=None, cost=0.5)
+    watch.update({0: _usage(own=1.5)}, {0: spent}, now=101.0)  # all of it the heartbeat's
+    assert 0 not in watch.last_work
+    watch.update({0: _usage(own=2.0)}, {0: spent}, now=102.0)
+    assert watch.last_work[0] == 102.0

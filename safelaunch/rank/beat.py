@@ -46,11 +46,16 @@ class Beater(threading.Thread):
         self._writing = threading.Lock()
         self._last_seq: int | None = None
         self._last_frames: list[tuple[str, int, str]] | None = None
+        self.cost = 0.0  # CPU seconds this thread has used
 
     def run(self) -> None:
         while not self._stopped.wait(self._interval):
             with contextlib.suppress(Exception):  # never let the heartbeat take the rank down
                 self.beat()
+            # What sampling costs this process (a few % of a core at the fastest rate,
+            # more on a loaded machine): the launcher takes it off the rank's CPU time,
+            # else an idle rank would look like it works.
+            self.cost = time.thread_time()
 
     def stop(self) -> None:
         """No more samples: called at exit, before torch tears its modules down.
@@ -84,7 +89,8 @@ class Beater(threading.Thread):
         fingerprint = hash((tuple(frames[:FRAMES_COMPARED]), self.step, seq))
         now = time.time()
         busy = self._busy(now)
-        if fingerprint != self._fingerprint or (busy and not _spin_waits()):
+        spins = _spin_waits()
+        if fingerprint != self._fingerprint or (busy and not spins):
             self._fingerprint, self._since = fingerprint, now
         record = {
             "version": 1,
@@ -96,6 +102,8 @@ class Beater(threading.Thread):
             "step": self.step,
             "seq": seq,
             "busy": busy,
+            "cost": self.cost,  # CPU seconds the heartbeat thread has used so far
+            "spins": spins,  # the launcher then ignores this process's own CPU time too
         }
         write_atomically(self._path, record)
 

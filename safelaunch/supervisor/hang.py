@@ -2,7 +2,8 @@
 
 The job is hung when no live rank has made progress for --hang-timeout seconds.
 Progress is any change of a rank's main-thread stack, explicit step or collective
-count (its record's `since`), and any output it writes. A frozen rank (SIGSTOP,
+count (its record's `since`), any output it writes, and work the kernel saw its
+process tree do (CPU time, I/O, disk waits of the rank and its descendants). A frozen rank (SIGSTOP,
 native code holding the GIL) stops updating its record, so its `since` stops too.
 
 Job-wide on purpose: a rank waiting in a barrier while rank 0 writes a checkpoint
@@ -38,6 +39,8 @@ class Beat:
     frames: tuple[tuple[str, int, str], ...]  # innermost first: file, line, function
     step: int | None
     seq: int | None
+    spins: bool = False  # NCCL: a hung rank burns CPU, so its own CPU time is no progress
+    cost: float = 0.0  # CPU seconds the heartbeat thread itself has used
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,15 +66,22 @@ class HangEvidence:
 
 
 def last_progress(
-    beat: Beat | None, last_output: float | None, spawned_at: float, bootstrapped: bool
+    beat: Beat | None,
+    last_output: float | None,
+    spawned_at: float,
+    bootstrapped: bool,
+    last_work: float | None = None,
 ) -> float:
-    """The latest sign of life: a changed record, a byte of output, or the spawn (+ allowance)."""
+    """The latest sign of life: a changed record, a byte of output, work seen in the rank's
+    process tree (CPU, I/O, disk waits: supervisor/activity.py), or the spawn (+ allowance)."""
     start = spawned_at + (STARTUP_ALLOWANCE if bootstrapped and beat is None else 0.0)
     signs = [start]
     if beat is not None:
         signs.append(beat.since)
     if last_output is not None:
         signs.append(last_output)
+    if last_work is not None:
+        signs.append(last_work)
     return max(signs)
 
 
@@ -112,6 +122,8 @@ def read_beat(rank: int, path: Path) -> Beat | None:
             frames=tuple((str(f), int(n), str(fn)) for f, n, fn in record["frames"]),
             step=record.get("step"),
             seq=record.get("seq"),
+            spins=bool(record.get("spins", False)),
+            cost=float(record.get("cost", 0.0)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

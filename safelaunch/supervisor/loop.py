@@ -19,6 +19,8 @@ from typing import Protocol
 
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, Timebox, WorkerSpec
+from safelaunch.supervisor.activity import ActivityWatch
+from safelaunch.supervisor.activity import sample as sample_activity
 from safelaunch.supervisor.hang import (
     HangEvidence,
     RankProgress,
@@ -42,6 +44,7 @@ from safelaunch.supervisor.stacks import collect_stacks, save_evidence
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 
 HANG_WORD = "hang:"  # in a node's stop announcement: the others take their stacks too
+ACTIVITY_EVERY = 0.5  # seconds between looks at the ranks' process trees in /proc
 STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CONSOLE_CLOSE = 2.0  # a console blocked longer is left behind: the files have everything
@@ -147,6 +150,8 @@ class _Attempt:
         self._spawned_at: dict[int, float] = {}  # wall clock
         self._hang: HangEvidence | None = None
         self._next_hang_check = 0.0
+        self._next_activity_check = 0.0
+        self._activity = ActivityWatch()
         self._writer = ConsoleWriter(console)
         self._filtered: dict[int, FilteredLog] = {}
         self._log_problems: list[str] = []
@@ -433,6 +438,11 @@ class _Attempt:
         if now < self._next_hang_check:
             return
         self._next_hang_check = now + max(0.1, self._plan.heartbeat_interval / 2)
+        if now >= self._next_activity_check:  # a pass over /proc: not every tick
+            self._next_activity_check = now + max(ACTIVITY_EVERY, self._plan.heartbeat_interval)
+            live = {r: s.process.pid for r, s in self._ranks.items() if r not in self._exits}
+            beats = {r: read_beat(r, self._ranks[r].spec.heartbeat_file) for r in live}
+            self._activity.update(sample_activity(live), beats, time.time())
         progress = self._progress()
         wall = time.time()
         if is_hung(progress, wall, self._plan.hang_timeout, self._plan.heartbeat_interval):
@@ -450,6 +460,7 @@ class _Attempt:
                 self._tees[rank].last_output,
                 self._spawned_at[rank],
                 started.spec.bootstrapped,
+                self._activity.last_work.get(rank),
             )
             progress.append(
                 RankProgress(
