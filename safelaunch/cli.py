@@ -309,11 +309,74 @@ def doctor_command(nproc: int | None, master_addr: str | None, as_json: bool) ->
     sys.exit(code)
 
 
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--log-dir",
+    "--log_dir",
+    "log_dir",
+    envvar="PET_LOG_DIR",
+    default="safelaunch_logs",
+    show_default=True,
+    help="Where the runs are (the launch's --log-dir).",
+)
+@click.option("--watch", is_flag=True, help="Refresh until the job ends (Ctrl-C to stop).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.2),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--stacks",
+    is_flag=True,
+    help="Also ask every rank on this host for a live dump of its threads (it runs on).",
+)
+@click.argument("run", required=False, metavar="[RUN]")
+def status_command(
+    run: str | None, log_dir: str, watch: bool, interval: float, as_json: bool, stacks: bool
+) -> None:
+    """What every rank of a job is doing now: state, step, collectives, time since its last
+    progress, where it is in your code, CPU / memory / GPU memory. RUN: a run directory or
+    run id (default: the latest run under --log-dir). Read-only, except --stacks."""
+    from pathlib import Path
+
+    from safelaunch import status
+
+    console = Console(color=color_wanted("auto", sys.stderr.buffer))
+    out = Console(color=color_wanted("auto", sys.stdout.buffer))
+    try:
+        if watch and not stacks:
+            status.watch(
+                run,
+                Path(log_dir),
+                interval=interval,
+                in_place=sys.stdout.isatty() and not as_json,
+                colour=out.color,
+                as_json_output=as_json,
+                emit=lambda text: out.emit(text.encode()),
+            )
+        else:
+            text = status.show(
+                run, Path(log_dir), as_json_output=as_json, colour=out.color, stacks=stacks
+            )
+            out.emit((text + "\n").encode())
+    except SafelaunchError as exc:
+        console.say(exc.render(), "error")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(0)  # the end of a --watch
+    sys.exit(0)
+
+
 def main() -> None:
-    """Console-script entry point: `safelaunch explain|doctor ...`, else a launch."""
+    """Console-script entry point: `safelaunch explain|doctor|status ...`, else a launch."""
     # A subcommand word only where a script name would stand: ./explain still launches.
     if sys.argv[1:2] == ["explain"]:
         explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
     if sys.argv[1:2] == ["doctor"]:
         doctor_command(args=sys.argv[2:], prog_name="safelaunch doctor")
+    if sys.argv[1:2] == ["status"]:
+        status_command(args=sys.argv[2:], prog_name="safelaunch status")
     command(prog_name="safelaunch")

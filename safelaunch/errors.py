@@ -41,3 +41,9 @@ class RendezvousError(SafelaunchError):
         super().__init__(message, fix)
         if preflight:  # found by comparing the nodes' facts: an environment problem
             self.exit_code = exitcodes.PREFLIGHT
+
+
+class StatusError(SafelaunchError):
+    """`safelaunch status`: no run, or no readable live state, where it was pointed."""
+
+    exit_code = exitcodes.USAGE

@@ -34,6 +34,7 @@ from safelaunch.report import (
     render_verdict,
     report_record,
     shown_path,
+    write_file,
     write_report,
 )
 from safelaunch.slurm import in_step, node_name
@@ -153,6 +154,7 @@ def run(config: LaunchConfig, console: Console) -> int:
         )
         return _attempts(session)
     finally:
+        _views(identity.run_dir)
         if membership is not None:
             membership.leave(timeout=LEAVE_TIMEOUT)
         receiver.restore()
@@ -160,6 +162,16 @@ def run(config: LaunchConfig, console: Console) -> int:
             keeper.stop()
         preflight.master_port.release()
         shutil.rmtree(identity.private_dir, ignore_errors=True)
+
+
+def _views(run_dir: Path) -> None:
+    """report.html and timeline.json for the whole run; never a reason to fail it."""
+    if not (run_dir / "attempt_0" / "report.json").exists():
+        return  # nothing ran (stopped before the first attempt)
+    from safelaunch.view import write_views
+
+    with contextlib.suppress(Exception):
+        write_views(run_dir, write_file)
 
 
 def _join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
@@ -214,6 +226,7 @@ def _attempts(session: Session) -> int:
                 logs_ok=logs_ok,
                 keeper_pid=session.keeper_pid,
                 peers=membership.watch(attempt) if membership is not None else None,
+                write_file=write_file,
             )
             concluded = _conclude(record, console, config.max_restarts, session.table, history)
             if membership is not None:
@@ -372,6 +385,7 @@ def _rerun(
             session.receiver,
             logs_ok=logs_ok,
             keeper_pid=session.keeper_pid,
+            write_file=write_file,
         )
         outcome = outcome_of(record)
         diagnosis = diagnose(outcome, session.table)

@@ -276,9 +276,14 @@ def report_record(
 
 def write_report(path: Path, record: dict[str, Any]) -> bool:
     """Write report.json atomically; False when the directory is not writable."""
-    temporary = path.with_suffix(".tmp")
+    return write_file(path, json.dumps(record, indent=1))
+
+
+def write_file(path: Path, text: str) -> bool:
+    """Replace `path` atomically (report.json, report.html, the live state); False on error."""
+    temporary = path.with_name(path.name + ".tmp")
     try:
-        temporary.write_text(json.dumps(record, indent=1))
+        temporary.write_text(text)
         os.replace(temporary, path)
     except OSError:
         return False

@@ -182,3 +182,136 @@ def torchrun() -> str:
     if not path.exists():
         pytest.skip("torchrun is not installed")
     return str(path)
+
+
+def wait_for(condition, timeout: float, what: str, every: float = 0.2):
+    """Poll until `condition()` is truthy (its value is returned); fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+def status(where: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """`safelaunch status ARGS` against the runs under where/logs."""
+    return subprocess.run(
+        safelaunch_cmd("status", "--log-dir", str(where / "logs"), *args),
+        cwd=where,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SAFELAUNCH_")},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@dataclass
+class LiveJob:
+    """A job watched with `safelaunch status` while it ran (see the hung_job fixture)."""
+
+    where: Path
+    returncode: int
+    stderr: str
+    looks: list  # `status --json` results while it ran, the straggler's first
+    table: str  # `status` while it ran
+    stacks: subprocess.CompletedProcess  # `status --stacks` while it ran
+    stacks_file_sizes: tuple[int, int]  # rank 1's private stacks file before and after
+    pids_alive_after_stacks: bool
+    final: dict  # `status --json` after it ended
+
+    @property
+    def run_dir(self) -> Path:
+        return (self.where / "logs" / "latest").resolve()
+
+
+@pytest.fixture(scope="session")
+def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
+    """Two Gloo ranks; rank 1 sleeps in load_next_batch at step 3; the hang is declared at
+    15 s without progress, and `status` probes the job before that.
+
+    Shared by the status tests (watching it live) and the browser test (its report.html):
+    one real job instead of two.
+    """
+    import json
+
+    from safelaunch import status as status_module
+
+    where = tmp_path_factory.mktemp("hung_job")
+    proc, mark = start(
+        where,
+        "--nproc-per-node=2",
+        "--hang-timeout=15",
+        worker("status_job.py"),
+        env={"STALL_RANK": "1"},
+        text=True,
+    )
+    try:
+        pids = where / "pids"
+        wait_for(lambda: all((pids / f"ready-{r}").exists() for r in (0, 1)), 60, "step 2")
+
+        def straggler() -> bool:
+            # In-process, to be quick on a loaded machine; the CLI's own looks follow.
+            with contextlib.suppress(Exception):
+                text = status_module.show(
+                    None, where / "logs", as_json_output=True, colour=False, stacks=False
+                )
+                record = json.loads(text)
+                said = " ".join(record["suspicions"])
+                there = any("load_next_batch" in (r["frame"] or "") for r in record["ranks"])
+                return "straggler" in said and there
+            return False
+
+        wait_for(straggler, 30, "the straggler to show", every=0.3)
+        snapshot = json.loads((_live_file(where)).read_text())
+        stacks_file = Path(snapshot["private_dir"]) / "rank1.stacks"
+        before = stacks_file.stat().st_size
+        # The three looks at once: the job declares its hang at 15 s, whatever the load.
+        looks = [_status_start(where, *args) for args in (["--json"], [], ["--stacks"])]
+        done = [look.communicate(timeout=30) for look in looks]
+        after = stacks_file.stat().st_size
+        alive = all(_alive(r["pid"]) for r in snapshot["ranks"])
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert_no_orphans(mark, within=3.0)
+    final = json.loads(status(where, "--json").stdout)
+    stacks = subprocess.CompletedProcess(looks[2].args, looks[2].returncode, *done[2])
+    return LiveJob(
+        where,
+        proc.returncode,
+        err,
+        [json.loads(done[0][0])],
+        done[1][0],
+        stacks,
+        (before, after),
+        alive,
+        final,
+    )
+
+
+def _status_start(where: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        safelaunch_cmd("status", "--log-dir", str(where / "logs"), *args),
+        cwd=where,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SAFELAUNCH_")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _live_file(where: Path) -> Path:
+    return (where / "logs" / "latest").resolve() / "attempt_0" / "live" / "node0.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"T")

@@ -104,6 +104,7 @@ class Beater(threading.Thread):
             "busy": busy,
             "cost": self.cost,  # CPU seconds the heartbeat thread has used so far
             "spins": spins,  # the launcher then ignores this process's own CPU time too
+            "optimizer_steps": optimizer_steps(),  # the step when none is reported (status)
         }
         write_atomically(self._path, record)
 
@@ -174,6 +175,35 @@ def collective_sequence() -> int | None:
     except Exception:
         return None
     return None
+
+
+_optimizer_steps = 0
+_counting = False
+
+
+def _count_step(*_: object) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+def optimizer_steps() -> int | None:
+    """torch.optim steps taken so far (any optimizer); None while torch.optim is not loaded.
+
+    Counted by torch's own global post-step hook, registered once torch.optim is in use
+    (looked up, never imported), so `safelaunch status` can show a step the script
+    never reported.
+    """
+    global _counting
+    if not _counting:
+        optimizer = sys.modules.get("torch.optim.optimizer")
+        if optimizer is None:
+            return None
+        try:
+            optimizer.register_optimizer_step_post_hook(_count_step)
+        except Exception:  # not torch's hook after all: no inferred step, the record stays
+            return None
+        _counting = True
+    return _optimizer_steps
 
 
 def start(rank: str, directory: str, interval: float) -> Beater:

@@ -160,6 +160,21 @@ class Membership:
             return self._store.get(key).decode()
         return None
 
+    def exchange_live(self, attempt: int, snapshot: str) -> dict[int, str]:
+        """Publish this node's live snapshot; every other node's latest one, by node.
+
+        One small JSON per node, replaced every second or two: each launcher writes what
+        it pulls into its own run directory, so `status` on any node shows every node.
+        """
+        prefix = f"attempt/{attempt}/live"
+        self._store.set(f"{prefix}/{self.placement.node}", snapshot)
+        others = {}
+        for node in range(self.placement.nodes):
+            key = f"{prefix}/{node}"
+            if node != self.placement.node and self._store.check([key]):
+                others[node] = self._store.get(key).decode()
+        return others
+
     def watch(self, attempt: int) -> NodeWatch:
         """What the supervisor polls during an attempt."""
         return NodeWatch(self, attempt)
@@ -247,6 +262,16 @@ class NodeWatch:
                 "(its launcher died, or the network between the nodes failed)"
             )
         return None
+
+    def share(self, snapshot: str) -> dict[int, str]:
+        """This node's live snapshot (for `safelaunch status`) out, the others' latest in.
+
+        A store that stopped answering leaves status with the last copies it got.
+        """
+        try:
+            return self._membership.exchange_live(self._attempt, snapshot)
+        except Exception:
+            return {}
 
     def announce(self, why: str) -> None:
         """This node stops the attempt: tell the others (once)."""

@@ -30,6 +30,7 @@ from safelaunch.supervisor.hang import (
     read_beat,
 )
 from safelaunch.supervisor.lines import rank_label
+from safelaunch.supervisor.live import LiveState, RankNow, Writer
 from safelaunch.supervisor.procs import (
     is_alive,
     job_processes,
@@ -61,6 +62,9 @@ class PeerWatch(Protocol):
 
     def announce(self, why: str) -> None:
         """This node is stopping its ranks: tell the others."""
+
+    def share(self, snapshot: str) -> dict[int, str]:
+        """This node's live snapshot out; every other node's latest one in (by node)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,9 +125,15 @@ def supervise(
     logs_ok: bool,
     keeper_pid: int | None = None,
     peers: PeerWatch | None = None,
+    write_file: Writer | None = None,
 ) -> AttemptRecord:
-    """Run the attempt to its end; every process it started is gone on return."""
-    return _Attempt(plan, console, signals, logs_ok, keeper_pid, peers).run()
+    """Run the attempt to its end; every process it started is gone on return.
+
+    `write_file`: how files in the run directory are written (the report's helper); with
+    it, the attempt's live state is kept for `safelaunch status` and the timeline.
+    """
+    live = LiveState(plan, write_file, peers) if write_file is not None and logs_ok else None
+    return _Attempt(plan, console, signals, logs_ok, keeper_pid, peers, live).run()
 
 
 class _Attempt:
@@ -135,8 +145,10 @@ class _Attempt:
         logs_ok: bool,
         keeper_pid: int | None,
         peers: PeerWatch | None = None,
+        live: LiveState | None = None,
     ) -> None:
         self._plan = plan
+        self._live = live
         self._peers = peers
         self._peer_event: str | None = None
         self._console = console
@@ -156,6 +168,7 @@ class _Attempt:
         self._filtered: dict[int, FilteredLog] = {}
         self._log_problems: list[str] = []
         self._t0 = time.monotonic()
+        self._wall0 = time.time()
         self._teardown_at: float | None = None
         self._deadline: float | None = None
         self._cause: str | None = None
@@ -171,6 +184,9 @@ class _Attempt:
             self._start_threads(log_fds)
             self._watch()
             strays = self._sweep_strays()
+            if self._live is not None:
+                teardown = None if self._teardown_at is None else self._wall(self._teardown_at)
+                self._live.finish(self._now(), teardown, self._cause)
         except BaseException:
             self._kill_everything()
             raise
@@ -286,6 +302,8 @@ class _Attempt:
                 self._check_hang()
             if self._teardown_at is None and self._plan.rerun is not None:
                 self._check_timebox(self._plan.rerun.timebox)
+            if self._live is not None and self._live.due(time.time()):
+                self._live.poll(time.time(), self._now())
         self._await_own_signal()
 
     def _collect(self, timeout: float) -> None:
@@ -323,6 +341,31 @@ class _Attempt:
             start_error=start_error,
             skipped=skipped,
         )
+
+    def _wall(self, monotonic: float) -> float:
+        return self._wall0 + (monotonic - self._t0)
+
+    def _now(self) -> list[RankNow]:
+        """Every rank as the supervisor sees it now, for the live state."""
+        views = []
+        for spec in self._plan.workers:
+            started = self._ranks.get(spec.rank)
+            ended = self._exits.get(spec.rank)
+            tee = self._tees.get(spec.rank)
+            views.append(
+                RankNow(
+                    rank=spec.rank,
+                    local_rank=spec.local_rank,
+                    pid=started.process.pid if started is not None else None,
+                    spawned_at=self._spawned_at.get(spec.rank) if started is not None else None,
+                    heartbeat_file=spec.heartbeat_file,
+                    bootstrapped=spec.bootstrapped and self._plan.hang_timeout > 0,
+                    last_output=tee.last_output if tee is not None else None,
+                    returncode=ended.returncode if ended is not None else None,
+                    ended_at=self._wall0 + ended.ended_after if ended is not None else None,
+                )
+            )
+        return views
 
     def _any_failure(self) -> bool:
         return any(e.returncode != 0 for e in self._exits.values())

@@ -1,0 +1,107 @@
+"""`status --stacks`: every local rank's threads, dumped live by faulthandler.
+
+The rank's bootstrap registered faulthandler on the dump signal (safelaunch/rank/
+bootstrap.py): it writes every thread's stack to the rank's stacks file in the private
+directory and the rank runs on, unstopped. The one signal status ever sends, and only:
+- to a pid whose environment names that very stacks file (a reused pid is left alone);
+- to a rank that has written a heartbeat record (faulthandler is registered before the
+  heartbeat starts, so the signal's default action, ending the process, cannot happen);
+- as the job's owner: reading that environment and the private directory needs it.
+The dump is then cut from the stacks file again, so a later hang diagnosis reads only
+its own dump.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from stat import S_ISDIR
+from typing import Any
+
+from safelaunch.rank import names
+
+DUMP_WAIT = 3.0  # s: faulthandler answers in about a millisecond; a busy host is slower
+SETTLE = 0.1  # s without growth: the dump is complete
+
+
+def _is_the_rank(pid: int, stacks_file: Path) -> bool:
+    """The pid is a rank writing to `stacks_file`, inside a private directory of its owner.
+
+    A snapshot is a file in the run directory: checked, so that status run as root can
+    never be steered into signalling, or cutting files of, anything but a rank.
+    """
+    needle = f"{names.STACKS_FILE}={stacks_file}".encode()
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+        private = os.lstat(stacks_file.parent)
+        if needle not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            return False
+    except OSError:
+        return False
+    return private.st_uid == owner and S_ISDIR(private.st_mode) and not private.st_mode & 0o077
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _wait_for_dump(path: Path, before: int) -> None:
+    deadline = time.monotonic() + DUMP_WAIT
+    last, still_since = before, time.monotonic()
+    while time.monotonic() < deadline:
+        size = _size(path) or before
+        if size != last:
+            last, still_since = size, time.monotonic()
+        elif size > before and time.monotonic() - still_since >= SETTLE:
+            return
+        time.sleep(0.02)
+
+
+def dump_one(pid: int, stacks_file: Path, signum: int) -> str:
+    """One rank's dump, or why there is none."""
+    if not _is_the_rank(pid, stacks_file):
+        return "not dumped: its process is gone, or not yours (only the job's owner may ask)"
+    before = _size(stacks_file)
+    if before is None:
+        return f"not dumped: cannot read {stacks_file} (only the job's owner may ask)"
+    try:
+        os.kill(pid, signum)
+    except OSError as exc:
+        return f"not dumped: {exc.strerror}"
+    _wait_for_dump(stacks_file, before)
+    try:
+        with open(stacks_file, "rb") as source:
+            source.seek(before)
+            text = source.read().decode("utf-8", "replace")
+        os.truncate(stacks_file, before)  # the rank appends (O_APPEND): it writes on at the end
+    except OSError as exc:
+        return f"dump unreadable: {exc.strerror}"
+    return text.rstrip() or f"no dump within {DUMP_WAIT:g} s (the rank may be frozen)"
+
+
+def dump_stacks(snapshots: Sequence[Mapping[str, Any]], host: str) -> str:
+    """Every rank's live dump on this host; the other nodes' ranks are named, not asked."""
+    out = []
+    for node in snapshots:
+        private = Path(str(node.get("private_dir", "")))
+        signum = node.get("dump_signal")
+        for record in node.get("ranks", []):
+            rank, pid = record.get("rank"), record.get("pid")
+            where = f"rank {rank} (node {node.get('node')}, pid {pid})"
+            if node.get("host") != host:
+                out.append(f"{where}: on {node.get('host')}: run safelaunch status --stacks there")
+            elif record.get("state") != "running" or node.get("state") != "running":
+                out.append(f"{where}: not running")
+            elif not record.get("bootstrapped") or record.get("beat_at") is None:
+                out.append(f"{where}: not dumped: no heartbeat yet, so no dump handler")
+            elif not isinstance(pid, int) or not isinstance(signum, int):
+                out.append(f"{where}: not dumped: the snapshot lacks its pid")
+            else:
+                text = dump_one(pid, private / f"rank{rank}.stacks", signum)
+                out.append(f"{where}:\n{text}")
+    return "\n\n".join(out)

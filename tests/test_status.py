@@ -1,0 +1,125 @@
+"""`safelaunch status` against live Gloo jobs: one node, two nodes on loopback, --stacks."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from conftest import LiveJob, assert_no_orphans, line_of, start, status, wait_for, worker
+
+from safelaunch import exitcodes
+
+JOB = worker("status_job.py")
+
+
+def test_json_snapshot_of_a_live_job_names_the_straggler(hung_job: LiveJob) -> None:
+    look = hung_job.looks[0]
+    assert look["schema"] == "safelaunch.status/1" and look["state"] == "running"
+    assert look["name"] == "attempt_0" and look["attempt"] == 0 and look["world_size"] == 2
+    ranks = {r["rank"]: r for r in look["ranks"]}
+    assert set(ranks) == {0, 1}
+    stall = line_of(JOB, "time.sleep(3600)")
+    assert ranks[1]["frame"] == f"{JOB}:{stall} in load_next_batch"
+    assert ranks[0]["frame"].startswith(f"{JOB}:")  # in backward(): DDP's all-reduce waits
+    for rank in ranks.values():
+        assert rank["state"] != "frozen" and rank["pid"] > 0
+        assert rank["step"] == 3 and rank["step_inferred"]  # optimizer steps, counted by torch
+        assert rank["idle_s"] >= 5.0
+        assert rank["usage"]["rss_bytes"] > 50 << 20 and rank["usage"]["cpu_percent"] is not None
+        assert rank["usage"]["gpu_mib"] is None  # no NVML here
+    assert ranks[1]["collectives"] < ranks[0]["collectives"]
+    said = look["suspicions"]
+    assert any(
+        s.startswith("straggler: rank 1 at collective #") and "the others" in s for s in said
+    )
+    assert any(s.startswith("hang suspected: no rank made progress for") for s in said)
+
+
+def test_table_shows_one_line_per_rank(hung_job: LiveJob) -> None:
+    lines = hung_job.table.splitlines()
+    assert "attempt_0: running" in lines[0] and "2 of 2 ranks on 1 node" in lines[0]
+    assert lines[1].split()[:6] == ["RANK", "NODE", "STATE", "STEP", "COLL", "IDLE"]
+    assert lines[2].startswith("0 ") and lines[3].startswith("1 ")
+    assert "~3" in lines[3] and "status_job.py:" in lines[3] and "load_next_batch" in lines[3]
+    assert "\x1b[" not in hung_job.table  # colour only on a terminal
+    assert any(line.startswith("! straggler: rank 1") for line in lines)
+
+
+def test_stacks_are_dumped_live_without_disturbing_the_job(hung_job: LiveJob) -> None:
+    out = hung_job.stacks.stdout
+    assert hung_job.stacks.returncode == 0, hung_job.stacks.stderr
+    rank1 = out[out.index("rank 1 (node 0") :]
+    assert "most recent call first" in rank1 and "in load_next_batch" in rank1
+    assert "in _engine_run_backward" in out[out.index("rank 0 (node 0") : out.index("rank 1 (")]
+    assert hung_job.pids_alive_after_stacks  # nothing stopped or killed
+    before, after = hung_job.stacks_file_sizes
+    assert after == before  # the dump was cut again: the hang diagnosis reads its own
+    # ... and the job went on to its own end: the hang, named as without status.
+    assert hung_job.returncode == exitcodes.HANG, hung_job.stderr
+    assert "likely culprit: rank 1: it is behind" in hung_job.stderr
+
+
+def test_status_after_the_end(hung_job: LiveJob) -> None:
+    final = hung_job.final
+    assert final["state"] == "ended" and final["suspicions"] == []
+    assert {r["state"] for r in final["ranks"]} == {"killed"}  # SIGTERM at the teardown
+    assert all(r["idle_s"] is None for r in final["ranks"])
+
+
+def test_no_run_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = status(tmp_path)
+    assert result.returncode == exitcodes.USAGE
+    assert result.stderr.startswith("safelaunch: error: no run under ")
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+    result = status(tmp_path, "nonexistent-run")
+    assert result.returncode == exitcodes.USAGE and "no run 'nonexistent-run'" in result.stderr
+
+
+@pytest.mark.slow
+def test_two_nodes_each_node_shows_every_node(tmp_path: Path) -> None:
+    port = random.randint(20000, 45000)
+    started = []
+    (tmp_path / "pids").mkdir()
+    for node in (0, 1):
+        where = tmp_path / f"node{node}"
+        where.mkdir()
+        flags = [
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=status",
+            "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=3",
+            JOB,
+        ]
+        pids = str(tmp_path / "pids")  # one directory: one stop file ends both nodes
+        started.append((where, *start(where, *flags, env={"EXPLICIT": "1", "PIDS_DIR": pids})))
+    try:
+        ready = tmp_path / "pids"
+        wait_for(lambda: all((ready / f"ready-{r}").exists() for r in (0, 1)), 90, "step 2")
+
+        def both(where: Path) -> dict | None:
+            look = status(where, "--json")
+            record = json.loads(look.stdout) if look.returncode == 0 else {}
+            # Each node's copy of the other's state is a second or two old: past step 2 both.
+            seen = [r for r in record.get("ranks", []) if (r["step"] or 0) >= 2]
+            return record if len(seen) == 2 else None
+
+        for node, (where, _, _) in enumerate(started):
+            look = wait_for(lambda w=where: both(w), 20, f"node {node} to show both nodes")
+            assert look["nodes"] == [0, 1] and look["world_size"] == 2
+            ranks = {r["rank"]: r for r in look["ranks"]}
+            assert ranks[0]["node"] == 0 and ranks[1]["node"] == 1
+            for rank in ranks.values():
+                assert rank["state"] != "frozen" and rank["frame"] is not None
+                assert rank["collectives"] >= 3 and not rank["step_inferred"]  # heartbeat(step=)
+    finally:
+        (tmp_path / "pids" / "stop").touch()
+        for _, proc, mark in started:
+            proc.communicate(timeout=60)
+            assert_no_orphans(mark, within=3.0)
+    assert [proc.returncode for _, proc, _ in started] == [0, 0]
+    for where, _, _ in started:
+        assert ((where / "logs" / "latest").resolve() / "report.html").exists()

@@ -1,0 +1,118 @@
+"""The pure parts of `safelaunch status`: judging snapshots with a given clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from safelaunch.status.model import LAUNCHER_GONE_AFTER, Usage, judge
+
+NOW = 1000.0
+
+
+def _rank(rank: int, **fields: Any) -> dict[str, Any]:
+    record = {
+        "rank": rank,
+        "pid": 100 + rank,
+        "state": "running",
+        "returncode": None,
+        "bootstrapped": True,
+        "beat_at": NOW - 0.5,
+        "last_progress": NOW - 1,
+        "step": None,
+        "optimizer_steps": 7,
+        "collectives": 20,
+        "busy": False,
+        "frames": [["/home/me/train.py", 12, "main"]],
+    }
+    record.update(fields)
+    return record
+
+
+def _node(*ranks: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    node = {
+        "run_id": "r",
+        "name": "attempt_0",
+        "attempt": 0,
+        "node": 0,
+        "host": "h",
+        "world_size": len(ranks),
+        "started_at": NOW - 100,
+        "written_at": NOW - 1,
+        "state": "running",
+        "hang_timeout_s": 300.0,
+        "heartbeat_interval_s": 2.0,
+        "ranks": list(ranks),
+    }
+    node.update(fields)
+    return node
+
+
+def test_a_healthy_job_raises_no_suspicion() -> None:
+    # Uneven for a moment (one rank a collective ahead) and quiet for a while: healthy.
+    status = judge(
+        [_node(_rank(0, collectives=21, last_progress=NOW - 3), _rank(1, busy=True))], NOW, {}
+    )
+    assert status.state == "running" and status.suspicions == ()
+    assert [r.step for r in status.ranks] == [7, 7] and status.ranks[0].step_inferred
+    assert [r.state for r in status.ranks] == ["running", "computing"]
+    assert status.ranks[0].frame == "/home/me/train.py:12 in main"
+    assert status.elapsed_s == 100
+
+
+@pytest.mark.parametrize(
+    ("ranks", "said"),
+    [
+        (
+            [_rank(0, collectives=21, last_progress=NOW - 9), _rank(1, last_progress=NOW - 9)],
+            "straggler: rank 1 at collective #20, the others at #21 wait for it",
+        ),
+        ([_rank(0, step=10), _rank(1, step=8), _rank(2, step=10)], "straggler: rank 1 2+ steps"),
+        ([_rank(0), _rank(1, beat_at=NOW - 30)], "rank 1: heartbeat stopped"),
+        (
+            [_rank(0, last_progress=NOW - 200), _rank(1, last_progress=NOW - 160)],
+            "hang suspected: no rank made progress for 160 s (safelaunch declares a hang at 300 s)",
+        ),
+    ],
+)
+def test_suspicions(ranks: list[dict[str, Any]], said: str) -> None:
+    status = judge([_node(*ranks)], NOW, {})
+    assert any(s.startswith(said) for s in status.suspicions), status.suspicions
+
+
+def test_explicit_step_wins_and_ended_ranks_have_no_idle_time() -> None:
+    ranks = [
+        _rank(0, step=3),
+        _rank(1, state="exited", returncode=1),
+        _rank(2, returncode=-15, state="exited"),
+    ]
+    status = judge([_node(*ranks)], NOW, {100: Usage(cpu_percent=50.0)})
+    assert status.ranks[0].step == 3 and not status.ranks[0].step_inferred
+    assert status.ranks[0].usage.cpu_percent == 50.0
+    assert [r.state for r in status.ranks] == ["running", "failed", "killed"]
+    assert [r.idle_s for r in status.ranks] == [1.0, None, None]
+
+
+def test_a_silent_launcher_is_called_gone_and_nodes_are_merged() -> None:
+    other = _node(_rank(1), node=1, host="h2", written_at=NOW - LAUNCHER_GONE_AFTER - 1)
+    status = judge([_node(_rank(0)), other], NOW, {})
+    assert status.state == "running" and status.nodes == (0, 1)
+    assert [(r.rank, r.node, r.host) for r in status.ranks] == [(0, 0, "h"), (1, 1, "h2")]
+    gone = judge([other], NOW, {})
+    assert gone.state == "launcher gone" and gone.suspicions == ()
+
+
+def test_damaged_snapshot_fields_do_not_break_status() -> None:
+    status = judge([_node(_rank(0, frames=[["x"], 3, None], step="7", collectives=True))], NOW, {})
+    assert status.ranks[0].step == 7 and status.ranks[0].collectives is None  # optimizer steps
+
+
+def test_a_plain_launch_never_imports_psutil() -> None:
+    code = (
+        "import sys, safelaunch.cli, safelaunch.launch, safelaunch.view;"
+        "assert 'psutil' not in sys.modules and 'safelaunch.status' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
