@@ -123,3 +123,21 @@ def test_two_nodes_each_node_shows_every_node(tmp_path: Path) -> None:
     assert [proc.returncode for _, proc, _ in started] == [0, 0]
     for where, _, _ in started:
         assert ((where / "logs" / "latest").resolve() / "report.html").exists()
+
+
+def test_watch_of_an_ended_run_shows_it_once_and_returns(hung_job: LiveJob) -> None:
+    result = status(hung_job.where, "--watch", "--interval=0.2")
+    assert result.returncode == 0 and result.stdout.count("attempt_0: ended") == 1
+    assert "\x1b[" not in result.stdout  # piped: no clearing, no colour
+
+
+def test_state_files_are_readable_like_the_logs_and_the_heartbeats_stay_private(
+    hung_job: LiveJob,
+) -> None:
+    attempt = hung_job.run_dir / "attempt_0"
+    log_mode = (attempt / "rank0.log").stat().st_mode & 0o777
+    for name in ("node0.json", "history-node0.json"):
+        assert (attempt / "live" / name).stat().st_mode & 0o777 == log_mode
+    snapshot = json.loads((attempt / "live" / "node0.json").read_text())
+    private = Path(snapshot["private_dir"])  # the heartbeats: 0700, outside the run directory
+    assert not private.is_relative_to(hung_job.run_dir) and not private.exists()  # removed

@@ -7,8 +7,6 @@ exit or signal, the culprit marked; then every rank's log, linked.
 
 from __future__ import annotations
 
-from html import escape
-
 from safelaunch.view.lanes import Attempt, Segment, Timeline
 
 LABEL = 110  # px left of the plot
@@ -17,6 +15,15 @@ LANE = 40  # px per rank
 BAR = 26  # px of it for the bars; the culprit's label goes below
 TOP = 34  # px above the first lane (attempt names, axis)
 MAX_TICKS = 120  # step marks per segment: more would only blur
+
+
+def escape(text: str) -> str:
+    """HTML-escape text and attribute values (html.escape would load html.entities, a
+    2,000-entry table, on every launch's way out)."""
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:16px;color:#222;background:#fff}
