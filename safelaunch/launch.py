@@ -157,7 +157,7 @@ def run(config: LaunchConfig, console: Console) -> int:
         _views(identity.run_dir)
         if membership is not None:
             membership.leave(timeout=LEAVE_TIMEOUT)
-        receiver.restore()
+        receiver.settle()  # the code is decided: a late SIGTERM must not replace it
         if keeper is not None:
             keeper.stop()
         preflight.master_port.release()

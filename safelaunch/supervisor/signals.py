@@ -61,6 +61,17 @@ class SignalReceiver:
         """The signals that end the job."""
         return tuple(int(s) for s in self._stopping)
 
+    def settle(self) -> None:
+        """The exit code is decided: from now on these signals are ignored, not recorded.
+
+        Under srun --kill-on-bad-exit another node's exit makes SLURM SIGTERM this
+        launcher while it is leaving; dying of it would turn the job's verdict (the
+        root-cause rank's code, the same on every node) into 143.
+        """
+        for sig in self._signals:
+            signal.signal(sig, signal.SIG_IGN)
+        self._previous.clear()
+
     def take(self) -> list[int]:
         """The stopping signals received since the last take(), oldest first."""
         taken, self._pending = self._pending, []

@@ -16,8 +16,8 @@
 set -euo pipefail
 
 NODES=(n1 n2)
-GPUS=${SLURM_CI_GPUS:-8}          # per node: room for several 2-GPU jobs at once
-CPUS=${SLURM_CI_CPUS:-8}          # per node, declared (config_overrides): jobs share cores
+GPUS=${SLURM_CI_GPUS:-16}         # per node: room for eight 2-GPU jobs at once
+CPUS=${SLURM_CI_CPUS:-16}         # per node, declared (config_overrides): jobs share cores
 FAKE_GPU_DIR=/var/lib/slurm-fakegpu
 HOST=$(hostname)
 T0=$(date +%s%N)
