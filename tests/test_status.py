@@ -98,7 +98,7 @@ def test_two_nodes_each_node_shows_every_node(tmp_path: Path) -> None:
         started.append((where, *start(where, *flags, env={"EXPLICIT": "1", "PIDS_DIR": pids})))
     try:
         ready = tmp_path / "pids"
-        wait_for(lambda: all((ready / f"ready-{r}").exists() for r in (0, 1)), 90, "step 2")
+        wait_for(lambda: all((ready / f"ready-{r}").exists() for r in (0, 1)), 180, "step 2")
 
         def both(where: Path) -> dict | None:
             look = status(where, "--json")
@@ -141,3 +141,35 @@ def test_state_files_are_readable_like_the_logs_and_the_heartbeats_stay_private(
     snapshot = json.loads((attempt / "live" / "node0.json").read_text())
     private = Path(snapshot["private_dir"])  # the heartbeats: 0700, outside the run directory
     assert not private.is_relative_to(hung_job.run_dir) and not private.exists()  # removed
+
+
+def test_watch_on_a_terminal_refreshes_in_place_with_colour(hung_job: LiveJob) -> None:
+    import os
+    import pty
+    import subprocess
+
+    from conftest import safelaunch_cmd
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR" and "SAFELAUNCH" not in k}
+    proc = subprocess.Popen(
+        safelaunch_cmd("status", "--log-dir", str(hung_job.where / "logs"), "--watch"),
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=30) == 0
+    text = out.decode()
+    assert text.startswith("\x1b[H\x1b[2J")  # home, clear: the table is redrawn in place
+    assert "\x1b[31m" in text and "killed" in text  # colour, on a terminal only

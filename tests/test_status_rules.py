@@ -116,3 +116,49 @@ def test_a_plain_launch_never_imports_psutil() -> None:
         "assert 'psutil' not in sys.modules and 'safelaunch.status' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_measure_counts_the_rank_and_its_children_and_their_gpu_memory(tmp_path) -> None:
+    import json
+    import time
+
+    from safelaunch.status.measure import measure
+
+    child = "import time; x = bytearray(96 << 20); time.sleep(60)"
+    rank = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time;"
+            f"subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        import psutil
+
+        while time.monotonic() < deadline:
+            children = psutil.Process(rank.pid).children()
+            if children and children[0].memory_info().rss > 96 << 20:
+                break
+            time.sleep(0.1)
+        worker = children[0].pid
+        inventory = tmp_path / "gpus.json"  # the one seam for GPUs: a recorded inventory
+        gpu = {
+            "index": 0,
+            "uuid": "GPU-0",
+            "name": "H100",
+            "memory_total_mib": 81920,
+            "memory_used_mib": 1500,
+            "processes": [{"pid": worker, "memory_mib": 1500}],
+        }
+        inventory.write_text(json.dumps({"gpus": [gpu]}))
+        usage = measure([(rank.pid, time.time())], {"SAFELAUNCH_GPU_INVENTORY": str(inventory)})
+        assert usage[rank.pid].rss_bytes > 96 << 20  # the child's memory counts
+        assert usage[rank.pid].gpu_mib == 1500 and usage[rank.pid].cpu_percent is not None
+        assert measure([(rank.pid, time.time() - 3600)]) == {}  # a reused pid is not the rank
+    finally:
+        for process in psutil.Process(rank.pid).children():
+            process.kill()
+        rank.kill()
+        rank.wait()

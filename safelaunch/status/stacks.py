@@ -21,6 +21,7 @@ from stat import S_ISDIR
 from typing import Any
 
 from safelaunch.rank import names
+from safelaunch.supervisor.procs import process_state
 
 DUMP_WAIT = 3.0  # s: faulthandler answers in about a millisecond; a busy host is slower
 SETTLE = 0.1  # s without growth: the dump is complete
@@ -66,6 +67,9 @@ def dump_one(pid: int, stacks_file: Path, signum: int) -> str:
     """One rank's dump, or why there is none."""
     if not _is_the_rank(pid, stacks_file):
         return "not dumped: its process is gone, or not yours (only the job's owner may ask)"
+    # A stopped rank would answer only once resumed: into a later hang's dump.
+    if process_state(pid) in ("T", "t"):
+        return "not dumped: the process is stopped (SIGSTOP or a debugger)"
     before = _size(stacks_file)
     if before is None:
         return f"not dumped: cannot read {stacks_file} (only the job's owner may ask)"
