@@ -107,6 +107,8 @@ def test_ranks_signalled_before_the_launcher_is_an_interrupt(tmp_path: Path, gap
     assert "FAILED" not in text and "interrupted by SIGTERM" in text
     report = _report(tmp_path)
     assert report["status"] == "interrupted"
+    assert "died of SIGTERM" not in text  # stopped by the same request, not failed
+    assert {r["state"] for r in report["ranks"]} == {"stopped"}, report["ranks"]
     assert_no_orphans(mark, within=3.0)
 
 

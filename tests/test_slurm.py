@@ -143,7 +143,8 @@ def jobs(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         # the longest first: a hard time limit (SLURM's shortest is one minute)
         ("time_limit", signals_one, [*SMALL, "--time=1", "--signal=USR1@50"], {"SAVE_S": "2"}),
         ("scancel_one", signals_one, SMALL, {}),
-        ("scancel_two", signals_two, SMALL, {}),
+        # no checkpoint time: the ranks die of SLURM's SIGTERM before safelaunch acts on its own
+        ("scancel_two", signals_two, SMALL, {"SAVE_S": "0"}),
         ("signal_term", signals_one, [*SMALL, "--time=1", "--signal=TERM@60"], {}),
         ("fail_one", signals_one, SMALL, {"FAIL_RANK": "1"}),
         ("train_one", one, SMALL, {}),
@@ -173,7 +174,9 @@ def test_scancel_one_node_stops_ranks_reports_and_leaves_nothing(jobs: dict[str,
     text = job.text()
     assert text.count("saved") == 2, text  # each rank finished its checkpoint
     assert "killing now" not in text
-    assert [r["status"] for r in job.reports()] == ["interrupted"], text
+    reports = job.reports()
+    assert [r["status"] for r in reports] == ["interrupted"], text
+    assert {rank["state"] for rank in reports[0]["ranks"]} == {"stopped"}, text
     _assert_gone(job)
 
 
@@ -185,7 +188,9 @@ def test_scancel_two_nodes_stops_every_node(jobs: dict[str, Job]) -> None:
     text = job.text()
     assert text.count("saved") == 4 and "killing now" not in text, text
     assert "rank 3 on n2 got SIGTERM" in text  # SLURMD_NODENAME: the node, not the host
-    assert [r["status"] for r in job.reports()] == ["interrupted", "interrupted"], text
+    reports = job.reports()
+    assert [r["status"] for r in reports] == ["interrupted", "interrupted"], text
+    assert {rank["state"] for r in reports for rank in r["ranks"]} == {"stopped"}, text
     _assert_gone(job)
 
 

@@ -183,6 +183,7 @@ class _Attempt:
             log_fds = self._start_ranks()  # before any thread: see procs.die_with
             self._start_threads(log_fds)
             self._watch()
+            self._count_signalled_as_stopped()
             strays = self._sweep_strays()
             if self._live is not None:
                 teardown = None if self._teardown_at is None else self._wall(self._teardown_at)
@@ -443,11 +444,22 @@ class _Attempt:
             f"failure (SIGKILL at the deadline, {self._plan.shutdown_timeout:g} s after the first)"
         )
         self._interrupt = signum
-        failed = [e.ended_after for e in self._exits.values() if e.returncode != 0]
-        if self._cause == "rank failed" and failed:  # the ranks it ended: stopped, not failed
-            self._teardown_at = self._t0 + min(failed)
         self._cause = "signal"
         self._tell_peers(f"interrupted by {name}")
+
+    def _count_signalled_as_stopped(self) -> None:
+        """An interrupt: ranks that died of that very signal just before it are stopped too.
+
+        The teardown began with the launcher's signal; a rank ending of the same signal
+        before that (within a tick, or before the launcher's copy arrived: SLURM signals
+        the whole step) was ended by the same request, not by a fault of its own.
+        """
+        if self._cause != "signal" or self._interrupt is None or self._teardown_at is None:
+            return
+        codes = (-self._interrupt, 128 + self._interrupt)
+        ended = [e.ended_after for e in self._exits.values() if e.returncode in codes]
+        if ended:
+            self._teardown_at = min(self._teardown_at, self._t0 + min(ended))
 
     def _await_own_signal(self) -> None:
         """Every rank died of a signal the launcher handles: wait briefly for its own copy.
