@@ -5,6 +5,7 @@ This is the one place where errors become exit codes.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from safelaunch import __version__, exitcodes
+from safelaunch import __version__, exitcodes, values
 from safelaunch.config import (
     EVENT_LOG_HANDLERS,
     NUMA_BINDINGS,
@@ -21,7 +22,8 @@ from safelaunch.config import (
     build_config,
 )
 from safelaunch.console import Console, color_wanted
-from safelaunch.errors import SafelaunchError
+from safelaunch.errors import ConfigError, SafelaunchError
+from safelaunch.userfiles import BadFile, load_toml
 
 TORCHRUN_SECTION = "torchrun options (same names, defaults and PET_<NAME> variables)"
 OWN_SECTION = "safelaunch options"
@@ -49,6 +51,31 @@ class _Command(click.Command):
                 formatter.write_dl(rows)
 
 
+class _Number(click.ParamType):  # type: ignore[type-arg]
+    """An ASCII integer or finite number (safelaunch.values); bounds are LaunchConfig's."""
+
+    def __init__(self, integer: bool, low: float | None = None, high: float | None = None) -> None:
+        self.integer = integer
+        self.name = "integer" if integer else "number"
+        self.bounds = (low, high)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value  # a default
+        parse = values.integer if self.integer else values.number
+        try:
+            number = parse("", str(value))
+            low, high = self.bounds
+            if low is not None and high is not None:
+                values.bounded("", number, low, high, "")
+        except ConfigError as exc:
+            self.fail(exc.message.removeprefix("="), param, ctx)
+        return number
+
+
+INT, FLOAT = _Number(integer=True), _Number(integer=False)
+
+
 def _torchrun(name: str, short: str | None = None, **kwargs: Any) -> Callable[..., Any]:
     """A torchrun flag: dash and underscore spellings, PET_<DEST> from the environment."""
     dest = name.replace("-", "_")
@@ -61,24 +88,29 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
     """--config FILE: TOML whose keys are launch options; the command line and env still win."""
     if value is None:
         return
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - python 3.10
-        import tomli as tomllib
     try:
-        with open(value, "rb") as source:
-            data = tomllib.load(source)
-    except OSError as exc:
-        raise click.BadParameter(f"{value}: {exc.strerror}", ctx, param) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise click.BadParameter(f"{value}: not valid TOML ({exc})", ctx, param) from None
+        data = load_toml(value)
+    except BadFile as exc:
+        raise click.BadParameter(f"{value}: {exc}", ctx, param) from None
     options = {p.name for p in ctx.command.params if isinstance(p, click.Option)}
     defaults = {}
     for key, setting in data.items():
         name = key.replace("-", "_")
         if name not in options or name in ("config", "help", "version"):
             raise click.BadParameter(f"{value}: {key!r} is not a launch option", ctx, param)
-        defaults[name] = setting
+        if isinstance(setting, float) and not math.isfinite(setting):
+            raise click.BadParameter(
+                f"{value}: {key} = {setting} is not a finite number", ctx, param
+            )
+        if not isinstance(setting, (str, int, float, bool)):
+            raise click.BadParameter(
+                f"{value}: {key} must be a string, number or true/false, not a TOML "
+                f"{type(setting).__name__}",
+                ctx,
+                param,
+            )
+        # Through the option's own type, exactly as the same text on the command line.
+        defaults[name] = str(setting).lower() if isinstance(setting, bool) else str(setting)
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
 
 
@@ -98,8 +130,8 @@ _OPTIONS = [
     _torchrun("rdzv-id", default=None, help="Run id (TORCHELASTIC_RUN_ID)."),
     _torchrun("rdzv-conf", default="", help="k=v,... rendezvous settings."),
     _torchrun("standalone", is_flag=True, help="One node, a free port chosen for you."),
-    _torchrun("max-restarts", default=0, type=int, help="Restarts of the whole job."),
-    _torchrun("monitor-interval", default=0.1, type=float, help="Seconds between checks."),
+    _torchrun("max-restarts", default=0, type=INT, help="Restarts of the whole job."),
+    _torchrun("monitor-interval", default=0.1, type=FLOAT, help="Seconds between checks."),
     _torchrun("start-method", default="spawn", type=click.Choice(START_METHODS)),
     _torchrun("event-log-handler", default="null", type=click.Choice(EVENT_LOG_HANDLERS)),
     _torchrun("role", default="default", help="ROLE_NAME of the ranks."),
@@ -112,9 +144,9 @@ _OPTIONS = [
     _torchrun("local-ranks-filter", default="", help="Console shows only these local ranks."),
     _torchrun("duplicate-stdout-filters", default="", help="Also copy matching stdout lines."),
     _torchrun("duplicate-stderr-filters", default="", help="Also copy matching stderr lines."),
-    _torchrun("node-rank", default=0, type=int, help="Rank of this node (static)."),
+    _torchrun("node-rank", default=0, type=INT, help="Rank of this node (static)."),
     _torchrun("master-addr", default=None, help="MASTER_ADDR [default: localhost]."),
-    _torchrun("master-port", default=None, type=int, help="MASTER_PORT [default: a free port]."),
+    _torchrun("master-port", default=None, type=INT, help="MASTER_PORT [default: a free port]."),
     _torchrun("local-addr", default=None, help="Address this node advertises."),
     _torchrun("logs-specs", default=None, help="torchrun.logs_specs plugin name."),
     _torchrun("numa-binding", default=None, type=click.Choice(NUMA_BINDINGS)),
@@ -127,7 +159,7 @@ _OPTIONS = [
     _torchrun(
         "shutdown-timeout",
         default=30.0,
-        type=float,
+        type=FLOAT,
         envvar=["PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"],
         help="Seconds from SIGTERM to SIGKILL, on every path.",
     ),
@@ -143,7 +175,7 @@ _OPTIONS = [
     ),
     _own(
         "--hang-timeout",
-        type=float,
+        type=FLOAT,
         default=300.0,
         envvar="SAFELAUNCH_HANG_TIMEOUT",
         help="Seconds without progress on any rank before the job counts as hung; 0: off.",
@@ -184,7 +216,7 @@ _OPTIONS = [
     ),
     _own(
         "--isolate-timeout",
-        type=float,
+        type=FLOAT,
         default=600.0,
         envvar="SAFELAUNCH_ISOLATE_TIMEOUT",
         help="Cap, in seconds, on each isolation rerun (it stops sooner once past the "
@@ -276,7 +308,7 @@ def command(**raw: Any) -> None:
 def explain_command(where: str, signatures: str | None) -> None:
     """Explain a failed run from its logs: a safelaunch or torchrun log directory, or one
     combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin."""
-    from safelaunch.diagnose.signatures import load
+    from safelaunch.diagnose.user_signatures import load
     from safelaunch.explain import explain
 
     console = Console(color=color_wanted("auto", sys.stderr.buffer))
@@ -293,7 +325,7 @@ def explain_command(where: str, signatures: str | None) -> None:
     "--nproc-per-node",
     "--nproc_per_node",
     "nproc",
-    type=int,
+    type=_Number(integer=True, low=1, high=values.MAX_NPROC),
     default=None,
     help="Ranks to check the GPU mapping for [default: one per visible GPU].",
 )
@@ -304,7 +336,13 @@ def doctor_command(nproc: int | None, master_addr: str | None, as_json: bool) ->
     NCCL, /dev/shm, limits, interfaces, addresses. Exit 78 when a check fails."""
     from safelaunch.doctor import doctor
 
-    text, code = doctor(nproc, master_addr, as_json)
+    try:
+        if master_addr:
+            values.host("--master-addr", master_addr)
+        text, code = doctor(nproc, master_addr, as_json)
+    except SafelaunchError as exc:
+        Console().say(exc.render(), "error")
+        sys.exit(exc.exit_code)
     Console().emit((text + "\n").encode())
     sys.exit(code)
 

@@ -15,8 +15,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from safelaunch import values
 from safelaunch.errors import ConfigError
 from safelaunch.slurm import slurm_defaults
+from safelaunch.userfiles import path_problem
+from safelaunch.values import text_problem
 
 NPROC_NAMES = ("gpu", "cpu", "auto")
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
@@ -28,7 +31,28 @@ NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
 STD_NONE, STD_OUT, STD_ERR, STD_ALL = 0, 1, 2, 3
 
 _STD_VALUE = re.compile(r"^[0123]$")
-_STD_MAPPING = re.compile(r"^(\d:[0123],)*(\d:[0123])$")
+_STD_MAPPING = re.compile(r"^([0-9]:[0123],)*([0-9]:[0123])$")
+# rdzv-conf keys that are numbers (torch's names): checked here, not where they are read.
+_RDZV_NUMBERS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "timeout",
+    "read_timeout",
+    "keep_alive_interval",
+    "keep_alive_max_attempt",
+)
+# (lowest, highest) of every number option; NaN fails both comparisons.
+NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
+    "max_restarts": (0, 1000),
+    "monitor_interval": (0.001, 3600),
+    "node_rank": (0, values.MAX_NODES - 1),
+    "shutdown_timeout": (0, values.WEEK_S),
+    "hang_timeout": (0, values.WEEK_S),
+    "isolate_timeout": (0.001, values.WEEK_S),
+}
+# Options that name files or are the script's own: any bytes the OS takes, except NUL.
+_PATHS = ("training_script", "log_dir", "signatures", "training_script_args")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +147,11 @@ class LaunchConfig:
             raise ConfigError(
                 f"--shutdown-timeout={self.shutdown_timeout} is negative", "use seconds >= 0"
             )
+        for name, (low, high) in NUMBER_BOUNDS.items():
+            flag = "--" + name.replace("_", "-")
+            values.bounded(flag, getattr(self, name), low, high, "see safelaunch --help")
+        if self.master_port is not None:
+            values.bounded("--master-port", self.master_port, 0, 65535, "a TCP port is 0-65535")
 
 
 def parse_nnodes(text: str) -> tuple[int, int]:
@@ -130,15 +159,16 @@ def parse_nnodes(text: str) -> tuple[int, int]:
     parts = text.split(":")
     try:
         if len(parts) == 1:
-            low = high = int(parts[0])
+            low = high = values.integer("--nnodes", parts[0])
         elif len(parts) == 2:
-            low, high = int(parts[0]), int(parts[1])
+            low, high = values.integer("--nnodes", parts[0]), values.integer("--nnodes", parts[1])
         else:
             raise ValueError(text)
-    except ValueError:
+    except (ValueError, ConfigError):
         raise ConfigError(f"--nnodes={text!r} is not N or MIN:MAX", "e.g. --nnodes=1") from None
     if not 0 < low <= high:
         raise ConfigError(f"--nnodes={text!r} needs 0 < MIN <= MAX", "e.g. --nnodes=1") from None
+    values.bounded("--nnodes", high, 1, values.MAX_NODES, "e.g. --nnodes=2")
     return low, high
 
 
@@ -150,14 +180,15 @@ def parse_nproc(text: str) -> int | str:
     if value == "xpu":
         raise ConfigError("--nproc-per-node=xpu is not supported yet", "give a number of ranks")
     try:
-        count = int(value)
-    except ValueError:
+        count = values.integer("--nproc-per-node", value)
+    except ConfigError:
         raise ConfigError(
             f"--nproc-per-node={text!r} is not a number of ranks",
             "use an integer, gpu, cpu or auto",
         ) from None
     if count < 1:
         raise ConfigError(f"--nproc-per-node={count} must be at least 1", "e.g. 2")
+    values.bounded("--nproc-per-node", count, 1, values.MAX_NPROC, "ranks on one node")
     return count
 
 
@@ -182,11 +213,14 @@ def parse_rank_filter(text: str) -> frozenset[int] | None:
     if not text.strip():
         return None
     try:
-        return frozenset(int(item) for item in text.split(","))
-    except ValueError:
+        ranks = frozenset(values.integer("-", item) for item in text.split(","))
+    except ConfigError:
         raise ConfigError(
             f"--local-ranks-filter={text!r} is not a list of local ranks", "e.g. 0,1,2"
         ) from None
+    for rank in ranks:
+        values.bounded("--local-ranks-filter", rank, 0, values.MAX_NPROC - 1, "e.g. 0,1,2")
+    return ranks
 
 
 def parse_filters(text: str) -> tuple[str, ...]:
@@ -206,6 +240,10 @@ def parse_rdzv_conf(text: str) -> Mapping[str, str]:
         if not sep or not key:
             raise ConfigError(f"--rdzv-conf item {item!r} is not key=value", "e.g. timeout=900")
         conf[key.strip()] = value.strip()
+    for key in _RDZV_NUMBERS:
+        if key in conf:
+            flag = f"--rdzv-conf {key}"
+            values.bounded(flag, values.number(flag, conf[key]), 0, values.WEEK_S, "e.g. 900")
     return MappingProxyType(conf)
 
 
@@ -290,6 +328,30 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(notices)
 
 
+def check_text(raw: Mapping[str, Any]) -> None:
+    """Every string option: no NUL byte, UTF-8 (paths excepted), paths the kernel takes,
+    host names the resolver takes. Before anything uses them."""
+    for name, value in raw.items():
+        items = value if isinstance(value, tuple) else (value,)
+        for item in (i for i in items if isinstance(i, str)):
+            problem = text_problem(item) if name not in _PATHS else None
+            if name in _PATHS and "\0" in item:
+                problem = "contains a NUL byte"
+            if problem:
+                flag = "a script argument" if name == "training_script_args" else f"--{name}"
+                raise ConfigError(f"{flag.replace('_', '-')} {problem}", "fix the value")
+    for name in ("log_dir", "signatures", "training_script"):
+        problem = path_problem(raw[name]) if raw.get(name) else None
+        if problem:
+            flag = "the training script" if name == "training_script" else f"--{name}"
+            raise ConfigError(f"{flag.replace('_', '-')}: the path {problem}", "use a shorter path")
+    for name in ("master_addr", "local_addr"):
+        if raw.get(name):
+            values.host(f"--{name.replace('_', '-')}", raw[name])
+    if raw.get("rdzv_endpoint"):
+        values.endpoint("--rdzv-endpoint", raw["rdzv_endpoint"])
+
+
 def build_config(
     raw: Mapping[str, Any],
     environ: Mapping[str, str],
@@ -316,6 +378,7 @@ def build_config(
                 values[name] = value
                 origins.append(f"{name}={value} ({source})")
     raw = values
+    check_text(raw)
     values["nnodes"] = parse_nnodes(str(raw["nnodes"]))
     notices = unsupported_yet(values)
     return LaunchConfig(

@@ -16,8 +16,9 @@ class SafelaunchError(Exception):
         self.fix = fix
 
     def render(self) -> str:
-        """One line: what is wrong, then how to fix it."""
-        return f"{self.message}; {self.fix}" if self.fix else self.message
+        """One line: what is wrong, then how to fix it (a user's line break shown as \\n)."""
+        text = f"{self.message}; {self.fix}" if self.fix else self.message
+        return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class ConfigError(SafelaunchError):

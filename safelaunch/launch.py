@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import Diagnosis, diagnose, signatures
+from safelaunch.diagnose import Diagnosis, diagnose, user_signatures
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.outcome import INTERRUPTED, Outcome, outcome_of, signal_name
 from safelaunch.plan import LaunchPlan, Rerun, RunIdentity, Timebox, build_plan
@@ -127,7 +127,9 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
 
 def run(config: LaunchConfig, console: Console) -> int:
     """Launch the job; return the exit code (see exitcodes)."""
-    table = signatures.load(config.signatures_file)  # a bad file stops us before anything starts
+    table = user_signatures.load(
+        config.signatures_file
+    )  # a bad file stops us before anything starts
     preflight = run_preflight(config)
     identity = new_run(config)
     receiver = SignalReceiver(config.signals_to_handle, pass_on=not in_step(config.environ))

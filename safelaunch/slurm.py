@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from safelaunch import values
 from safelaunch.errors import ConfigError
 
 PORT_BASE, PORT_SPAN = 20000, 20000  # the master port: the same on every node of a job
@@ -43,10 +44,13 @@ def first_host(nodelist: str) -> str:
 
 
 def _int(environ: Mapping[str, str], name: str) -> int:
+    text = environ[name].split("(")[0]  # SLURM writes e.g. "2(x3)" in some variables
     try:
-        return int(environ[name].split("(")[0])  # SLURM writes e.g. "2(x3)" in some variables
-    except ValueError:
+        value = values.integer(name, text)
+    except ConfigError:
         raise ConfigError(f"{name}={environ[name]!r} is not a number", "unset it") from None
+    values.bounded(name, value, 0, values.MAX_NODES, "unset it")
+    return value
 
 
 def slurm_defaults(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
@@ -65,11 +69,11 @@ def slurm_defaults(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         list_var = next((v for v in _NODE_LIST if environ.get(v)), None)
         if list_var:
             found["master_addr"] = (first_host(environ[list_var]), f"first host of {list_var}")
-        port = PORT_BASE + (int(job) % PORT_SPAN if job.isdigit() else 0)
+        port = PORT_BASE + (int(job) % PORT_SPAN if job.isascii() and job.isdigit() else 0)
         found["master_port"] = (port, "derived from SLURM_JOB_ID")
         found["rdzv_id"] = (job, "SLURM_JOB_ID")
     gpus = environ.get("SLURM_GPUS_ON_NODE")
-    if gpus and gpus.isdigit() and int(gpus) > 0:
+    if gpus and gpus.isascii() and gpus.isdigit() and 0 < int(gpus) <= values.MAX_NPROC:
         found["nproc_per_node"] = (gpus, "SLURM_GPUS_ON_NODE")
     return found
 

@@ -123,3 +123,25 @@ def test_too_many_ranks_is_one_line_before_anything_starts(tmp_path: Path) -> No
     assert result.returncode == exitcodes.PREFLIGHT
     assert result.stderr.count("\n") == 1 and "local rank 4 would fail" in result.stderr
     assert not list((tmp_path / "pids").iterdir()) and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("value", ["7", "GPU-", "GPU-ffff", "-1,0", "a"])
+def test_a_value_that_hides_every_gpu_by_accident_is_an_error(value: str) -> None:
+    plan = plan_gpus(FOUR, {"CUDA_VISIBLE_DEVICES": value}, 1)
+    message, fix = plan.errors[0]
+    assert message.startswith(f"CUDA_VISIBLE_DEVICES={value}: CUDA will see no GPU")
+    assert "this machine has 4, 0-3" in message and "CUDA_VISIBLE_DEVICES= (empty)" in fix
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_value_still_hides_the_gpus_on_purpose(value: str) -> None:
+    assert plan_gpus(FOUR, {"CUDA_VISIBLE_DEVICES": value}, 2).errors == ()
+
+
+def test_a_hiding_typo_stops_the_launch_before_anything_starts(tmp_path: Path) -> None:
+    result = _launch(
+        tmp_path, "four_gpus", "--nproc-per-node=auto", env={"CUDA_VISIBLE_DEVICES": "7"}
+    )
+    assert result.returncode == exitcodes.PREFLIGHT
+    assert "CUDA_VISIBLE_DEVICES=7: CUDA will see no GPU" in result.stderr
+    assert not list((tmp_path / "pids").iterdir()) and not (tmp_path / "logs").exists()

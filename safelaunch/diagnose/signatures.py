@@ -7,13 +7,8 @@ wins, so specific signatures come before generic ones. Matching lives in match.p
 
 from __future__ import annotations
 
-import re
 import signal
-import sys
 from dataclasses import dataclass
-from typing import Any
-
-from safelaunch.errors import ConfigError
 
 ENVIRONMENT = "environment/launch"
 COMMUNICATION = "communication"
@@ -354,63 +349,3 @@ GLOO_LIMITS: tuple[Signature, ...] = (
 
 
 CLASSES = (ENVIRONMENT, COMMUNICATION, DATA, MODEL, RESOURCES, UNKNOWN)
-
-
-def _strings(record: dict[str, Any], key: str) -> tuple[str, ...]:
-    value = record.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise TypeError(f"{key} must be a list of strings")
-    return tuple(value)
-
-
-def from_records(records: list[dict[str, Any]], source: str) -> tuple[Signature, ...]:
-    """User signatures (e.g. `[[signature]]` tables of a TOML file), checked field by field."""
-    signatures = []
-    for number, record in enumerate(records, 1):
-        where = f"{source}: signature {number}"
-        try:
-            patterns = _strings(record, "patterns")
-            for pattern in patterns:
-                re.compile(pattern)
-            signature = Signature(
-                id=str(record["id"]),
-                klass=str(record.get("class", UNKNOWN)),
-                patterns=patterns,
-                meaning=str(record["meaning"]),
-                next_steps=_strings(record, "next_steps"),
-                isolation_helps=bool(record.get("isolation_helps", False)),
-                consequence=bool(record.get("consequence", False)),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"{where} has no {exc.args[0]!r}", "see docs/signatures.md") from None
-        except (re.error, TypeError) as exc:
-            raise ConfigError(f"{where}: {exc}", "see docs/signatures.md") from None
-        if signature.klass not in CLASSES:
-            raise ConfigError(
-                f"{where}: class {signature.klass!r} is not one of {', '.join(CLASSES)}",
-                "see docs/signatures.md",
-            )
-        if not signature.patterns:
-            raise ConfigError(f"{where} has no patterns", "give at least one regular expression")
-        signatures.append(signature)
-    return tuple(signatures)
-
-
-def load(path: str | None) -> tuple[Signature, ...]:
-    """The table: the user's signatures from `path` first (they win), then the built-in ones."""
-    if not path:
-        return SIGNATURES
-    if sys.version_info >= (3, 11):  # imported here: most launches have no signature file
-        import tomllib
-    else:  # pragma: no cover - python 3.10
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as source:
-            records = tomllib.load(source).get("signature", [])
-    except OSError as exc:
-        raise ConfigError(
-            f"--signatures {path}: {exc.strerror}", "give a readable TOML file"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"--signatures {path}: not valid TOML ({exc})", "fix the file") from None
-    return from_records(records, path) + SIGNATURES

@@ -11,7 +11,7 @@ from pathlib import Path
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
 from safelaunch.preflight.inventory import Inventory, read_inventory
-from safelaunch.preflight.mapping import plan_gpus
+from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
 from safelaunch.preflight.probe import probe_torch, torch_findings
 from safelaunch.preflight.system import ERROR, WARNING, Finding, system_findings
@@ -59,6 +59,9 @@ def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]
     gpus = len(visible.devices)
     if gpus:
         return gpus, f"one per visible GPU (--nproc-per-node={wanted})"
+    hidden = hides_every_gpu(config.environ.get("CUDA_VISIBLE_DEVICES"), inventory)
+    if hidden is not None:
+        raise PreflightError(*hidden)
     if wanted == "gpu":
         why = inventory.problem or "CUDA_VISIBLE_DEVICES hides them all"
         raise PreflightError(
@@ -91,7 +94,7 @@ def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
     """MASTER_ADDR and a MASTER_PORT this run owns."""
     addr = config.master_addr or DEFAULT_MASTER_ADDR
     try:
-        if config.master_port is not None and not config.standalone:
+        if config.master_port and not config.standalone:  # 0: a free port, as with none
             return addr, reserve_port(config.master_port)
         return addr, reserve_free_port()
     except PortInUse as exc:

@@ -8,12 +8,14 @@ That file is the only seam through which tests fake GPUs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from safelaunch.errors import PreflightError
+from safelaunch.userfiles import load_json
 
 RECORDED_VAR = "SAFELAUNCH_GPU_INVENTORY"
 DRIVER_MARKER = Path("/proc/driver/nvidia/version")
@@ -58,27 +60,61 @@ class Inventory:
     source: str = "nvml"
 
 
-def from_json(data: Mapping[str, Any], source: str) -> Inventory:
-    """A recorded inventory (the shape `to_json` writes)."""
+def _int(record: Mapping[str, Any], key: str, high: int = 1 << 40) -> int:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise ValueError(f"{key} must be an integer from 0 to {high}, not {value!r}")
+    return value
+
+
+def _str(record: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = record.get(key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, not {value!r}")
+    return value
+
+
+def _records(value: Any, what: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise ValueError(f"{what} must be a list of objects")
+    return value
+
+
+def from_json(data: Any, source: str) -> Inventory:
+    """A recorded inventory (the shape `to_json` writes); ValueError says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("the file must hold a JSON object")
     gpus = tuple(
         Gpu(
-            index=int(g["index"]),
-            uuid=str(g["uuid"]),
-            name=str(g["name"]),
-            memory_total_mib=int(g["memory_total_mib"]),
-            memory_used_mib=int(g["memory_used_mib"]),
-            mig=tuple(g.get("mig", ())),
-            processes=tuple(GpuProcess(**p) for p in g.get("processes", ())),
+            index=_int(g, "index", 1023),
+            uuid=_str(g, "uuid"),
+            name=_str(g, "name"),
+            memory_total_mib=_int(g, "memory_total_mib"),
+            memory_used_mib=_int(g, "memory_used_mib"),
+            mig=tuple(_str({"mig": m}, "mig") for m in _list(g.get("mig", []), "mig")),
+            processes=tuple(
+                GpuProcess(
+                    pid=_int(p, "pid", 1 << 22),
+                    memory_mib=_int(p, "memory_mib"),
+                    user=_str(p, "user", "?"),
+                    command=_str(p, "command", "?"),
+                )
+                for p in _records(g.get("processes", []), "processes")
+            ),
         )
-        for g in data.get("gpus", ())
+        for g in _records(data.get("gpus", []), "gpus")
     )
-    return Inventory(
-        gpus=gpus,
-        driver_version=data.get("driver_version"),
-        cuda_driver_version=data.get("cuda_driver_version"),
-        problem=data.get("problem"),
-        source=source,
-    )
+    optional = {k: data.get(k) for k in ("driver_version", "cuda_driver_version", "problem")}
+    for key, value in optional.items():
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{key} must be a string, not {value!r}")
+    return Inventory(gpus=gpus, source=source, **optional)
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list")
+    return value
 
 
 def to_json(inventory: Inventory) -> dict[str, Any]:
@@ -151,7 +187,9 @@ def read_inventory(environ: Mapping[str, str]) -> Inventory:
     recorded = environ.get(RECORDED_VAR)
     if recorded:
         try:
-            return from_json(json.loads(Path(recorded).read_text()), f"recorded: {recorded}")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return Inventory(problem=f"cannot read {RECORDED_VAR}={recorded}: {exc}")
+            return from_json(load_json(recorded), f"recorded: {recorded}")
+        except ValueError as exc:  # BadFile included
+            raise PreflightError(
+                f"{RECORDED_VAR}={recorded}: {exc}", "fix the file or unset the variable"
+            ) from None
     return _nvml()

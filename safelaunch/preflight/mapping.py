@@ -49,6 +49,27 @@ def _busy(visibility: Visibility, nproc: int) -> list[str]:
     return warnings
 
 
+def hides_every_gpu(value: str | None, inventory: Inventory) -> tuple[str, str] | None:
+    """A set, non-empty CUDA_VISIBLE_DEVICES under which CUDA sees none of this machine's GPUs.
+
+    An empty value hides the GPUs on purpose; `7` on a 4-GPU host or a `GPU-` typo does it
+    by accident, and every rank would then run on the CPU or fail far from the cause.
+    """
+    if value is None or not value.strip() or not inventory.gpus:
+        return None
+    visibility = parse_visible(value, inventory.gpus)
+    if visibility.devices:
+        return None
+    count = len(inventory.gpus)
+    shown = value if value.isprintable() and len(value) <= 80 else repr(value[:80])
+    return (
+        f"CUDA_VISIBLE_DEVICES={shown}: CUDA will see no GPU (it stops at "
+        f"{visibility.stopped_at!r}: no such GPU; this machine has {count}, 0-{count - 1})",
+        f"use indexes 0-{count - 1} or GPU UUIDs from `nvidia-smi -L`; to hide the GPUs "
+        "on purpose set CUDA_VISIBLE_DEVICES= (empty)",
+    )
+
+
 def plan_gpus(inventory: Inventory, environ: Mapping[str, str], nproc: int) -> GpuPlan:
     """Check the local-rank -> GPU mapping a job of `nproc` ranks per node would get."""
     value = environ.get("CUDA_VISIBLE_DEVICES")
@@ -57,7 +78,10 @@ def plan_gpus(inventory: Inventory, environ: Mapping[str, str], nproc: int) -> G
     errors: list[tuple[str, str]] = []
     if not inventory.gpus:
         return GpuPlan(lines=(), warnings=(), errors=(), visible=visibility)
-    if visibility.stopped_at is not None:
+    hidden = hides_every_gpu(value, inventory)
+    if hidden is not None:
+        errors.append(hidden)
+    elif visibility.stopped_at is not None:
         dropped = (
             f"; it ignores {','.join(visibility.ignored)} after it" if visibility.ignored else ""
         )
