@@ -111,5 +111,6 @@ def test_host_names_the_resolver_takes(text: str, ok: bool) -> None:
 @pytest.mark.parametrize("text", ["٣", "1_000", "0x10", "nan", "inf", "1e400", "", "1" * 19])
 def test_numbers_are_ascii_and_finite(text: str) -> None:
     with pytest.raises(ConfigError):
-        values.number("--x", text) if not text.isdigit() or len(text) > 18 else None
         values.integer("--x", text)
+    with pytest.raises(ConfigError):
+        values.number("--x", text)
