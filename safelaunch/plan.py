@@ -24,6 +24,7 @@ ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
 # Asks a rank's faulthandler for every thread's stack. A real-time signal, because
 # SIGUSR1/2 are often the user's own (SLURM --signal) and would stop doing their job.
 DUMP_SIGNAL = signal.SIGRTMIN + 4
+FLIGHT_DIR = "flight"  # in the attempt directory: each rank's flight record, on demand
 GLOO_TIMEOUT_FACTOR = 4  # a Gloo rerun's collectives are slower: the user's timeouts stretch
 
 
@@ -222,6 +223,7 @@ def rank_env(
     env[names.LAUNCHER_PID] = str(run.launcher_pid)
     env[names.DUMP_SIGNAL] = str(int(DUMP_SIGNAL))
     env[names.STACKS_FILE] = str(heartbeat_dir / f"rank{rank}.stacks")
+    env[names.FLIGHT_DIR] = str(attempt_dir / FLIGHT_DIR)
     if config.hang_timeout > 0:
         env[names.HEARTBEAT_DIR] = str(heartbeat_dir)
         env[names.HEARTBEAT_INTERVAL] = str(heartbeat_interval(config.hang_timeout))

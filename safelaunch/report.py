@@ -8,7 +8,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from safelaunch.diagnose import Diagnosis
+from safelaunch.diagnose import Diagnosis, collectives
+from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
@@ -78,7 +79,21 @@ def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
     return line
 
 
-def render_hang(outcome: Outcome, hang: HangAnalysis, logs: str, attempt: str) -> str:
+def flight_lines(forensics: Forensics | None) -> list[str]:
+    """The flight records' findings, indented under the verdict."""
+    if forensics is None:
+        return []
+    found = [f"  collectives: {line}" for line in collectives.lines(forensics)]
+    return [*found, f"  flight records: {shown_path(forensics.directory)}/"]
+
+
+def render_hang(
+    outcome: Outcome,
+    hang: HangAnalysis,
+    logs: str,
+    attempt: str,
+    forensics: Forensics | None = None,
+) -> str:
     """Where every rank is, the odd ones out first named, and where the stacks are."""
     lines = [
         f"HUNG{attempt}: {outcome.peer_event}; where this node's ranks were:"
@@ -93,6 +108,7 @@ def render_hang(outcome: Outcome, hang: HangAnalysis, logs: str, attempt: str) -
         lines.append(f"  likely culprit: rank {who}: {hang.reason}")
     else:
         lines.append(f"  {hang.reason}")
+    lines.extend(flight_lines(forensics))
     if hang.stacks_dir is not None:
         lines.append(f"  stacks: {shown_path(hang.stacks_dir)}/ (every thread of every rank)")
     lines.append(f"exit code {outcome.exit_code} (hang); logs: {logs}")
@@ -141,6 +157,7 @@ def _failure_lines(
         f"  rank {rank}: failed as a consequence ({signature_id}), not a cause"
         for rank, signature_id in diagnosis.consequences
     )
+    lines.extend(flight_lines(diagnosis.collectives))
     return lines
 
 
@@ -159,7 +176,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
         head = f"all {len(outcome.ranks)} ranks succeeded in {outcome.duration:.1f} s{attempt}"
         return "\n".join([head, *notes, f"logs: {logs}"])
     if outcome.status == HUNG and diagnosis.hang is not None:
-        return render_hang(outcome, diagnosis.hang, logs, attempt)
+        return render_hang(outcome, diagnosis.hang, logs, attempt, diagnosis.collectives)
     if outcome.peer_event is not None and diagnosis.root_cause is None:
         lines = [f"STOPPED{attempt}: {outcome.peer_event}"]
         lines.extend(_group_lines(list(outcome.ranks)))
@@ -254,6 +271,7 @@ def report_record(
         "ranks": [_rank_record(r) for r in outcome.ranks],
         "first_failure": outcome.first_failure.rank if outcome.first_failure else None,
         "hang": _hang_record(diagnosis.hang),
+        "collectives": collectives.record(diagnosis.collectives),
         "diagnosis": {
             "class": diagnosis.klass,
             "root_cause_rank": cause.rank if cause else None,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safelaunch.diagnose.collectives import Forensics, for_attempt
 from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
@@ -46,6 +47,7 @@ class Diagnosis:
     consequences: tuple[tuple[int, str], ...] = ()  # (rank, signature id): failed because of it
     non_finite: tuple[tuple[int, str], ...] = ()  # (rank, line): NaN/inf losses in the logs
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
+    collectives: Forensics | None = None  # where the ranks' flight records diverge
 
 
 def parse_traceback(text: str) -> tuple[str, str | None] | None:
@@ -117,10 +119,18 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
         (rank, line) for rank, text in texts.items() if (line := non_finite_loss(text))
     )
     hang = analyse_hang(outcome)
+    collectives = for_attempt(outcome, hang)
     failed = sorted((r for r in outcome.ranks if r.state == FAILED), key=lambda r: r.ended_after)
     if outcome.first_failure is None or not failed:
         klass = COMMUNICATION if hang else None
-        return Diagnosis(root_cause=None, error=None, hang=hang, klass=klass, non_finite=non_finite)
+        return Diagnosis(
+            root_cause=None,
+            error=None,
+            hang=hang,
+            klass=klass,
+            non_finite=non_finite,
+            collectives=collectives,
+        )
     found = {r.rank: matches(texts[r.rank], r.signal, table) for r in failed}
     root = _root_cause(failed, found)
     match = cause(found[root.rank])
@@ -145,6 +155,7 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
         consequences=consequences,
         non_finite=non_finite,
         crashed_at_exit=crashed_at_exit,
+        collectives=collectives,
     )
 
 

@@ -18,7 +18,7 @@ import sys
 from importlib.machinery import SourceFileLoader
 from types import TracebackType
 
-from safelaunch.rank import beat, names, swap
+from safelaunch.rank import beat, flight, names, swap
 
 _stacks_file = None  # kept open for faulthandler, for the life of the process
 
@@ -51,7 +51,10 @@ def install_faulthandler() -> None:
     if signum and path:
         try:
             _stacks_file = open(path, "a")  # noqa: SIM115 - must outlive this function
-            faulthandler.register(int(signum), file=_stacks_file, all_threads=True, chain=False)
+            # chained to the flight recorder's trigger when armed (else SIG_DFL: it would kill)
+            faulthandler.register(
+                int(signum), file=_stacks_file, all_threads=True, chain=flight.armed()
+            )
         except Exception:
             pass  # the job runs without on-demand stacks rather than not at all
 
@@ -106,6 +109,7 @@ def main() -> None:
     """Entry point inside the rank."""
     mode, target, *args = sys.argv[1:]
     die_with_launcher()
+    flight.arm()  # before faulthandler takes the signal, so that it can chain to it
     install_faulthandler()
     start_heartbeat()
     try:
@@ -122,6 +126,7 @@ def main() -> None:
     except BaseException as exc:  # what python does with an uncaught exception
         # Set on the exception too: torch's wrapped excepthook formats exc.__traceback__.
         exc.with_traceback(_user_traceback(exc.__traceback__))
+        flight.dump("exception")  # a survivor of a peer's failure: what it was waiting for
         sys.excepthook(type(exc), exc, exc.__traceback__)
         if isinstance(exc, KeyboardInterrupt):
             # python >= 3.8 ends by SIGINT itself, so the parent sees death by signal

@@ -21,7 +21,7 @@ import functools
 import os
 import sys
 
-from safelaunch.rank import names
+from safelaunch.rank import flight, names
 from safelaunch.rank.beat import write_atomically
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
@@ -246,6 +246,7 @@ def patch(module: ModuleType) -> None:
 
     _replace(module, "init_process_group", init_process_group)
     _replace(module, "new_group", new_group)
+    flight.track_p2p(module, _replace)
     ledger_path = os.environ.get(names.COLLECTIVES_FILE)
     if force and ledger_path:
         try:

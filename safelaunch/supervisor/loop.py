@@ -21,6 +21,7 @@ from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, Timebox, WorkerSpec
 from safelaunch.supervisor.activity import ActivityWatch
 from safelaunch.supervisor.activity import sample as sample_activity
+from safelaunch.supervisor.flight import request_records
 from safelaunch.supervisor.hang import (
     HangEvidence,
     RankProgress,
@@ -293,6 +294,8 @@ class _Attempt:
                     key=lambda e: e.ended_after,
                 )
                 self._tell_peers(f"rank {first.rank} failed (returncode {first.returncode})")
+                # what the survivors were waiting for, before SIGTERM ends them
+                self._request_flight_records()
                 self._begin_teardown("rank failed", signal.SIGTERM)
             if self._teardown_at is None and self._peers is not None:
                 self._check_peers(self._peers)
@@ -485,6 +488,11 @@ class _Attempt:
         for pid in self._ranks_pids():  # exited ranks too: their children share the group
             signal_group(pid, signum)
             signal_group(pid, signal.SIGCONT)  # a stopped rank can only act on it running
+
+    def _request_flight_records(self) -> None:
+        live = [s for rank, s in self._ranks.items() if rank not in self._exits]
+        with contextlib.suppress(OSError):
+            request_records(live, self._plan.attempt_dir, signalled=False)
 
     # --- hangs ----------------------------------------------------------------
 

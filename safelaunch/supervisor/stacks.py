@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from safelaunch.plan import DUMP_SIGNAL
+from safelaunch.supervisor.flight import flight_dir, uses_collectives, wait_for_records
 from safelaunch.supervisor.hang import HangEvidence
 from safelaunch.supervisor.procs import process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
@@ -23,11 +24,16 @@ def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
     # A stopped rank is not resumed to answer (its main thread would run on before the
     # dump, and it may be a debugger's): py-spy can still read it, else its last heartbeat.
     dumpable = [s for s in live if s.spec.bootstrapped and process_state(s.process.pid) != "T"]
+    asked_at = time.time()
     signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
     spies = _start_py_spy([s for s in live if s.spec.bootstrapped])
     deadline = time.monotonic() + STACK_WAIT
     while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):
         time.sleep(0.02)
+    # the same signal wrote their flight records (torch's collective history) meanwhile
+    wait_for_records(
+        [s for s in dumpable if uses_collectives(s)], flight_dir(target.parent), asked_at
+    )
     files: dict[int, Path] = {}
     with contextlib.suppress(OSError):
         target.mkdir(exist_ok=True)

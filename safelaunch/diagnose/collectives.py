@@ -1,0 +1,247 @@
+"""Collective forensics: where the ranks' flight records diverge, joined with where each rank is.
+
+The records are compared by safelaunch.flightcheck in a subprocess (it imports torch,
+which the launcher never does). This module runs it, reads its JSON, and words the
+findings: "group [1,2] (pg 1), collective #3 all_reduce(float32[1024]): rank 2 never
+called it; rank 2 is in train.py:88 in load_shard".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from safelaunch.diagnose.hang import HangAnalysis
+from safelaunch.outcome import Outcome
+
+FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
+FLIGHT_DIR = "flight"  # in an attempt directory (plan.FLIGHT_DIR)
+
+Kind = Literal["missing", "mismatch", "unrecorded"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Divergence:
+    """The first collective of one process group that its members did not all call alike."""
+
+    group: str  # torch's group name ("0" is the default group)
+    desc: str | None
+    ranks: tuple[int, ...]  # the group's members (global ranks)
+    seq: int  # the collective's number within the group
+    call: str  # all_reduce(float32[1024])
+    kind: Kind
+    missing: tuple[int, ...]  # members whose record lacks it
+    no_record: tuple[int, ...]  # members that left no record
+    differ: tuple[tuple[int, str], ...]  # members that called something else, and what
+    detail: str | None  # torch's analyser's own words on a mismatch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class P2PWait:
+    """Point-to-point calls that cannot complete: both sides send (or receive), or no answer."""
+
+    ranks: tuple[int, int]
+    kind: str  # send/send, recv/recv, unanswered
+    calls: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forensics:
+    """What the flight records show."""
+
+    recorded: tuple[int, ...]  # ranks that left a record
+    divergences: tuple[Divergence, ...]
+    p2p: tuple[P2PWait, ...]
+    analyser: str  # "torch" or why the plain comparison was used
+    directory: Path
+    where: tuple[tuple[int, str], ...] = ()  # rank -> where it was (the stack verdict)
+
+
+def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
+    """safelaunch.flightcheck's JSON; None when it could not run (no torch, crash, timeout)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "safelaunch.flightcheck", *map(str, paths)],
+            capture_output=True,
+            timeout=FLIGHTCHECK_TIMEOUT,
+            check=False,
+        )
+        result = json.loads(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
+    """The subprocess's JSON as records."""
+    divergences = tuple(
+        Divergence(
+            group=str(d["group"]),
+            desc=d.get("desc"),
+            ranks=tuple(d["ranks"]),
+            seq=int(d["seq"]),
+            call=str(d["call"]),
+            kind=d["kind"],
+            missing=tuple(d["missing"]),
+            no_record=tuple(d["no_record"]),
+            differ=tuple((int(r), str(c)) for r, c in d["differ"].items()),
+            detail=d.get("detail"),
+        )
+        for d in result.get("divergences", [])
+    )
+    waits = tuple(
+        P2PWait(
+            ranks=(int(w["ranks"][0]), int(w["ranks"][1])),
+            kind=str(w["kind"]),
+            calls=tuple((int(r), str(c)) for r, c in w["calls"].items()),
+        )
+        for w in result.get("p2p", [])
+    )
+    error = result.get("analyser_error")
+    return Forensics(
+        recorded=tuple(result.get("ranks", [])),
+        divergences=divergences,
+        p2p=waits,
+        analyser=f"plain comparison (torch's analyser: {error})" if error else "torch",
+        directory=directory,
+    )
+
+
+def record_files(attempt_dir: Path) -> list[Path]:
+    """safelaunch's records (flight/) and torch's own dumps (TORCH_FR_DUMP_TEMP_FILE<rank>)."""
+    try:
+        ours = sorted((attempt_dir / FLIGHT_DIR).glob("rank*.json"))
+        torchs = sorted(p for p in attempt_dir.glob(f"{FLIGHT_DIR}-rank*") if p.suffix == "")
+    except OSError:
+        return []
+    return ours + torchs
+
+
+def examine(files: list[Path], where: Mapping[int, str], directory: Path) -> Forensics | None:
+    """Compare the flight records in `files`; None when there are none."""
+    if not files:
+        return None
+    result = run_flightcheck(files)
+    if result is None or not result.get("ranks"):
+        return None
+    return replace(parse(result, directory), where=tuple(sorted(where.items())))
+
+
+def whereabouts(outcome: Outcome, hang: HangAnalysis | None) -> dict[int, str]:
+    """Where each rank was, from the stack verdict (a hang) or how it ended."""
+    where = {r.rank: r.how_it_ended() for r in outcome.ranks if r.state not in ("stopped",)}
+    if hang is not None:
+        for group in hang.groups:
+            place = group.location or group.activity
+            text = f"waits in {group.activity} ({place})" if group.waiting else f"is in {place}"
+            where.update(dict.fromkeys(group.ranks, text))
+        where.update(dict(hang.exited))
+    return where
+
+
+def for_attempt(outcome: Outcome, hang: HangAnalysis | None) -> Forensics | None:
+    """The attempt's flight records, compared and joined with the stack verdict."""
+    directory = outcome.attempt_dir / FLIGHT_DIR
+    return examine(record_files(outcome.attempt_dir), whereabouts(outcome, hang), directory)
+
+
+def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+
+
+def _group(d: Divergence) -> str:
+    name = "default group" if d.desc == "default_pg" else f"pg {d.group}"
+    return f"group [{','.join(map(str, d.ranks))}] ({name})"
+
+
+def divergence_line(d: Divergence, where: Mapping[int, str]) -> str:
+    """One finding, joined with where the ranks it names are."""
+    head = f"{_group(d)}, collective #{d.seq} {d.call}"
+    told = _named(d)
+    if d.kind == "missing":
+        what = f"{_ranks(d.missing)} never called it"
+    elif d.kind == "mismatch":
+        what = "; ".join(f"rank {r} called {c} instead" for r, c in d.differ) or "calls differ"
+        if not d.differ and d.detail:
+            what = d.detail
+    else:
+        what = f"still in flight; {_ranks(d.no_record)} left no flight record"
+    places = [f"rank {r} {where[r]}" for r in told if r in where]
+    return f"{head}: {what}" + (f"; {'; '.join(places)}" if places else "")
+
+
+def _named(d: Divergence) -> tuple[int, ...]:
+    """The ranks a finding points at."""
+    if d.kind == "missing":
+        return d.missing
+    return tuple(r for r, _ in d.differ) if d.kind == "mismatch" else d.no_record
+
+
+def leads_first(
+    divergences: tuple[Divergence, ...], where: Mapping[int, str]
+) -> list[Divergence]:
+    """Findings naming a rank outside any collective first: the others wait because of it."""
+    return sorted(
+        divergences,
+        key=lambda d: not any(where.get(r, "").startswith("is in") for r in _named(d)),
+    )
+
+
+def p2p_line(w: P2PWait) -> str:
+    """One p2p finding."""
+    calls = "; ".join(f"rank {r} {c}" for r, c in w.calls)
+    if w.kind == "unanswered":
+        return f"p2p: {calls}: rank {w.ranks[1]} has no matching call in flight"
+    return f"p2p deadlock ({w.kind}): ranks {w.ranks[0]},{w.ranks[1]} wait on each other: {calls}"
+
+
+def lines(forensics: Forensics) -> list[str]:
+    """The summary's lines: every divergence and p2p wait, or that the records agree."""
+    where = dict(forensics.where)
+    found = [divergence_line(d, where) for d in leads_first(forensics.divergences, where)]
+    found.extend(p2p_line(w) for w in forensics.p2p)
+    if not found:
+        found = ["the ranks' flight records agree (no collective where they diverge)"]
+    return found
+
+
+def record(forensics: Forensics | None) -> dict[str, Any] | None:
+    """report.json's `collectives`."""
+    if forensics is None:
+        return None
+    where = dict(forensics.where)
+    return {
+        "records_dir": str(forensics.directory),
+        "recorded_ranks": list(forensics.recorded),
+        "analyser": forensics.analyser,
+        "divergences": [
+            {
+                "group": d.group,
+                "desc": d.desc,
+                "ranks": list(d.ranks),
+                "seq": d.seq,
+                "call": d.call,
+                "kind": d.kind,
+                "missing": list(d.missing),
+                "no_record": list(d.no_record),
+                "differ": [{"rank": r, "call": c} for r, c in d.differ],
+                "detail": d.detail,
+                "summary": divergence_line(d, where),
+            }
+            for d in leads_first(forensics.divergences, where)
+        ],
+        "p2p": [
+            {
+                "ranks": list(w.ranks),
+                "kind": w.kind,
+                "calls": [{"rank": r, "call": c} for r, c in w.calls],
+                "summary": p2p_line(w),
+            }
+            for w in forensics.p2p
+        ],
+    }

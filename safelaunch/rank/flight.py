@@ -1,0 +1,244 @@
+"""Inside a rank: write torch's flight recorder (and the p2p calls in flight) on demand.
+
+torch 2.13 records every collective per process group for Gloo too (on by default,
+TORCH_FR_BUFFER_SIZE entries), but Gloo never writes the record to disk. The launcher's
+dump signal already makes faulthandler print every thread; faulthandler chains to the
+Python-level handler installed here, whose C part writes the signal number to the
+wakeup fd at once (even while the main thread waits in a collective), and a daemon
+thread blocked on that pipe writes the record. The dump itself is
+`_dump_fr_trace_json` (~0.1 ms measured; the pickle variant took seconds here).
+
+Two things the Gloo record lacks are added from the rank's own view:
+- pg_config: Gloo dumps it empty (keyed ''), so torch's analyser cannot tell a group's
+  members; they come from torch.distributed's own group table.
+- point-to-point calls: Gloo records no send/recv at all (measured), so the blocking
+  ones, and async ones whose work has not completed, are tracked here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from safelaunch.rank import names
+from safelaunch.rank.beat import write_atomically
+
+TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType, ModuleType
+    from typing import Any
+
+P2P_KEPT = 16  # async p2p works remembered until they complete (they hold their tensors)
+
+_directory: str | None = None
+_lock = threading.Lock()  # one dump at a time (the signal and an exiting main thread)
+_lock_p2p = threading.Lock()
+_p2p_blocking: dict[int, dict[str, Any]] = {}  # id -> call, while a blocking send/recv runs
+_p2p_async: list[tuple[dict[str, Any], Any]] = []  # (call, work) not yet seen completed
+_p2p_count = 0
+
+
+def armed() -> bool:
+    """True when the dump signal also writes the flight record (chain faulthandler to it)."""
+    return _directory is not None
+
+
+def arm() -> None:
+    """Install the trigger; call from the main thread BEFORE faulthandler registers the signal."""
+    global _directory
+    signum = os.environ.get(names.DUMP_SIGNAL)
+    directory = os.environ.get(names.FLIGHT_DIR)
+    if not signum or not directory:
+        return
+    try:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.signal(int(signum), _ignore)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except (OSError, ValueError):
+        return  # without it the stacks still come; only the record is missing
+    _directory = directory
+    threading.Thread(
+        target=_wait_for_signal, args=(read_end, int(signum)), name="safelaunch-flight", daemon=True
+    ).start()
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """The Python half of the dump signal: nothing (its C half woke the dump thread)."""
+
+
+def _wait_for_signal(read_end: int, signum: int) -> None:
+    while True:
+        try:
+            data = os.read(read_end, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signum in data:  # the wakeup fd carries every signal with a Python handler
+            dump("signal")
+
+
+def dump(reason: str) -> None:
+    """Write this rank's flight record to the flight directory; never raises."""
+    if _directory is None:
+        return
+    with contextlib.suppress(Exception), _lock:
+        record = _record(reason)
+        if record is not None:
+            os.makedirs(_directory, exist_ok=True)
+            write_atomically(os.path.join(_directory, f"rank{record['rank']}.json"), record)
+
+
+def _record(reason: str) -> dict[str, Any] | None:
+    """torch's record plus what Gloo leaves out; None when torch.distributed never started."""
+    dist = sys.modules.get("torch.distributed")
+    torch = sys.modules.get("torch")
+    if dist is None or torch is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    record: dict[str, Any] = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
+    record["pg_config"] = _groups(dist) or record.get("pg_config", {})
+    record["rank"] = dist.get_rank()
+    record["safelaunch"] = {"reason": reason, "time": time.time(), "p2p": _p2p_pending()}
+    return record
+
+
+def _groups(dist: Any) -> dict[str, dict[str, str]]:
+    """{group name: {name, desc, ranks}} for every group this rank belongs to (torch's format)."""
+    world = dist.distributed_c10d._world
+    groups = {}
+    for group, name in list(world.pg_names.items()):
+        ranks = sorted(world.pg_group_ranks.get(group, {}))
+        desc = str(getattr(group, "group_desc", "undefined"))
+        groups[str(name)] = {"name": str(name), "desc": desc, "ranks": str(ranks)}
+    return groups
+
+
+def _p2p_pending() -> list[dict[str, Any]]:
+    with _lock_p2p:
+        pending = list(_p2p_blocking.values())
+        for call, work in _p2p_async:
+            with contextlib.suppress(Exception):
+                if not work.is_completed():
+                    pending.append(call)
+    return pending
+
+
+def _describe(tensor: Any) -> tuple[list[int], str]:
+    shape = [int(n) for n in getattr(tensor, "shape", ())]
+    return shape, str(getattr(tensor, "dtype", "?")).removeprefix("torch.")
+
+
+def _call(module: ModuleType, op: str, tensor: Any, peer: Any, group: Any) -> dict[str, Any]:
+    global _p2p_count
+    _p2p_count += 1
+    shape, dtype = _describe(tensor)
+    name = None
+    with contextlib.suppress(Exception):
+        name = module._world.pg_names.get(group or module.GroupMember.WORLD)
+    return {
+        "op": op,
+        "peer": None if peer is None else int(peer),  # a global rank, as torch's API takes it
+        "shape": shape,
+        "dtype": dtype,
+        "group": name,
+        "n": _p2p_count,
+        "since": time.time(),
+    }
+
+
+def _peer_and_group(args: tuple[Any, ...], kwargs: dict[str, Any], peer_name: str) -> Any:
+    peer = kwargs.get(peer_name, kwargs.get("group_peer", args[1] if len(args) > 1 else None))
+    group = kwargs.get("group", args[2] if len(args) > 2 else None)
+    return peer, group
+
+
+def _blocking(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]:
+    real = getattr(module, op)
+
+    @functools.wraps(real)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        key = None
+        with contextlib.suppress(Exception):
+            peer, group = _peer_and_group(args, kwargs, peer_name)
+            entry = _call(module, op, args[0] if args else kwargs.get("tensor"), peer, group)
+            key = entry["n"]
+            with _lock_p2p:
+                _p2p_blocking[key] = entry
+        try:
+            return real(*args, **kwargs)
+        finally:
+            if key is not None:
+                with _lock_p2p:
+                    _p2p_blocking.pop(key, None)
+
+    return call
+
+
+def _remember(entries: list[dict[str, Any]], works: list[Any]) -> None:
+    with _lock_p2p:
+        _p2p_async[:] = [(c, w) for c, w in _p2p_async if not _completed(w)] + list(
+            zip(entries, works, strict=False)
+        )
+        del _p2p_async[:-P2P_KEPT]
+
+
+def _completed(work: Any) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:
+        return True
+
+
+def _asynchronous(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]:
+    real = getattr(module, op)
+
+    @functools.wraps(real)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        work = real(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            peer, group = _peer_and_group(args, kwargs, peer_name)
+            tensor = args[0] if args else kwargs.get("tensor")
+            if work is not None:
+                _remember([_call(module, op.lstrip("i"), tensor, peer, group)], [work])
+        return work
+
+    return call
+
+
+def _batch(module: ModuleType) -> Callable[..., Any]:
+    real = module.batch_isend_irecv
+
+    @functools.wraps(real)
+    def batch_isend_irecv(p2p_op_list: Any) -> Any:
+        works = real(p2p_op_list)
+        with contextlib.suppress(Exception):
+            entries = [
+                _call(module, p.op.__name__.lstrip("i"), p.tensor, p.peer, p.group)
+                for p in p2p_op_list
+            ]
+            # One work per op (Gloo): the wrapped isend/irecv inside recorded them already.
+            # A single coalesced work (NCCL) stands for every op of the batch.
+            if works and len(works) != len(entries):
+                _remember(entries, [works[0]] * len(entries))
+        return works
+
+    return batch_isend_irecv
+
+
+def track_p2p(module: ModuleType, replace: Callable[[ModuleType, str, Any], None]) -> None:
+    """Wrap torch.distributed's p2p calls (distributed_c10d, as it loads) to know who waits."""
+    if _directory is None:
+        return
+    for op, peer_name in (("send", "dst"), ("recv", "src")):
+        replace(module, op, _blocking(module, op, peer_name))
+    for op, peer_name in (("isend", "dst"), ("irecv", "src")):
+        replace(module, op, _asynchronous(module, op, peer_name))
+    replace(module, "batch_isend_irecv", _batch(module))
