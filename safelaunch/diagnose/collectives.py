@@ -137,8 +137,8 @@ def whereabouts(outcome: Outcome, hang: HangAnalysis | None) -> dict[int, str]:
     where = {r.rank: r.how_it_ended() for r in outcome.ranks if r.state not in ("stopped",)}
     if hang is not None:
         for group in hang.groups:
-            place = group.location or group.activity
-            text = f"waits in {group.activity} ({place})" if group.waiting else f"is in {place}"
+            verb = "waits in" if group.waiting else "is in"
+            text = f"{verb} {group.activity}" + (f" ({group.location})" if group.location else "")
             where.update(dict.fromkeys(group.ranks, text))
         where.update(dict(hang.exited))
     return where
@@ -182,14 +182,13 @@ def _named(d: Divergence) -> tuple[int, ...]:
     return tuple(r for r, _ in d.differ) if d.kind == "mismatch" else d.no_record
 
 
-def leads_first(
-    divergences: tuple[Divergence, ...], where: Mapping[int, str]
-) -> list[Divergence]:
+def leads_first(divergences: tuple[Divergence, ...], where: Mapping[int, str]) -> list[Divergence]:
     """Findings naming a rank outside any collective first: the others wait because of it."""
-    return sorted(
-        divergences,
-        key=lambda d: not any(where.get(r, "").startswith("is in") for r in _named(d)),
-    )
+
+    def outside(d: Divergence) -> bool:
+        return all(where.get(r, "").startswith("is in") for r in _named(d))
+
+    return sorted(divergences, key=lambda d: (not outside(d), len(_named(d))))
 
 
 def p2p_line(w: P2PWait) -> str:
