@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from safelaunch.diagnose import from_log, read_tail
+from safelaunch.diagnose import collectives, from_log, read_tail
 from safelaunch.diagnose.frames import LINE_PREFIX
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
@@ -240,4 +240,5 @@ def _where(rank: RankLog, hosts: dict[int, str]) -> str:
 def explain(where: str, table: Sequence[Signature] = SIGNATURES) -> str:
     """Load, judge, render."""
     logs = load(where)
-    return render(where, logs, judge(logs, table))
+    flight = collectives.explain_lines(Path(where)) if where != "-" else []
+    return "\n".join([render(where, logs, judge(logs, table)), *flight])

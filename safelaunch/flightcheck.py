@@ -93,14 +93,23 @@ def call_text(entry: Record) -> str:
 
 
 def groups_of(records: dict[int, Record]) -> dict[str, Record]:
-    """group name -> {desc, ranks}, from every rank's pg_config."""
+    """group name -> {desc, ranks}, from every rank's pg_config.
+
+    torch's own dump of a Gloo job has none: its default group is then taken to be
+    every rank that left a record (other groups' members are unknown: not compared).
+    """
     groups: dict[str, Record] = {}
+    for record in records.values():
+        for entry in record.get("entries", []):
+            name, desc = [*entry.get("process_group", []), "", ""][:2]
+            if desc == "default_pg":
+                groups.setdefault(str(name), {"desc": desc, "ranks": sorted(records)})
     for record in records.values():
         for name, config in (record.get("pg_config") or {}).items():
             with contextlib.suppress(ValueError, SyntaxError):
                 ranks = ast.literal_eval(str(config.get("ranks", "[]")))
                 if ranks:
-                    groups.setdefault(str(name), {"desc": config.get("desc"), "ranks": ranks})
+                    groups[str(name)] = {"desc": config.get("desc"), "ranks": ranks}
     return groups
 
 

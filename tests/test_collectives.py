@@ -8,10 +8,11 @@ process group with torch's analyser, and the summary joins that with the stack v
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import launch, line_of, worker
+from conftest import launch, line_of, marked_env, safelaunch_cmd, worker
 
 from safelaunch import exitcodes
 
@@ -96,3 +97,31 @@ def test_survivors_of_a_failure_write_their_records(tmp_path: Path) -> None:
         "rank 1 never called it; rank 1 exited with code 1"
     ) in run.stderr
     assert report["collectives"]["recorded_ranks"] == [0, 1]
+
+
+def test_explain_reads_torchs_own_dumps_from_a_torchrun_run(tmp_path: Path, torchrun: str) -> None:
+    script = worker("torch_dump_fail.py")
+    env, _ = marked_env(
+        tmp_path, {"TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "logs" / "trace_rank_")}
+    )
+    (tmp_path / "logs").mkdir()
+    subprocess.run(
+        [torchrun, "--nproc-per-node=2", "--log-dir", str(tmp_path / "logs"), "--tee", "3", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    result = subprocess.run(
+        safelaunch_cmd("explain", str(tmp_path / "logs")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "root cause: rank 1" in result.stdout
+    assert "flight records: 2 file(s)" in result.stdout, result.stdout
+    assert (
+        "collectives: group [0,1] (default group), collective #2 all_reduce(float32[16]): "
+        "rank 1 never called it"
+    ) in result.stdout

@@ -9,6 +9,7 @@ called it; rank 2 is in train.py:88 in load_shard".
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -120,6 +121,43 @@ def record_files(attempt_dir: Path) -> list[Path]:
     except OSError:
         return []
     return ours + torchs
+
+
+_TORCH_DUMP = re.compile(r"rank_?\d+$")  # TORCH_FR_DUMP_TEMP_FILE's default: nccl_trace_rank_<N>
+SEARCH_LIMIT = 10_000  # directory entries looked at by explain
+
+
+def records_under(directory: Path) -> list[Path]:
+    """Flight records anywhere below a log directory (explain): ours and torch's own dumps.
+
+    The newest attempt's when several attempts left some.
+    """
+    found: dict[Path, list[Path]] = {}
+    for seen, path in enumerate(directory.rglob("*")):
+        if seen >= SEARCH_LIMIT:
+            break
+        ours = path.parent.name == FLIGHT_DIR and path.suffix == ".json"
+        torchs = not path.suffix and _TORCH_DUMP.search(path.name) is not None
+        if (ours or torchs) and path.is_file():
+            attempt = path.parent.parent if ours else path.parent
+            found.setdefault(attempt, []).append(path)
+    if not found:
+        return []
+    newest = max(found, key=lambda a: max(p.stat().st_mtime for p in found[a]))
+    return sorted(found[newest])
+
+
+def explain_lines(where: Path) -> list[str]:
+    """explain's section on the flight records found below `where`."""
+    files = records_under(where) if where.is_dir() else []
+    forensics = examine(files, {}, files[0].parent) if files else None
+    if forensics is None:
+        return []
+    recorded = ",".join(map(str, forensics.recorded))
+    return [
+        f"flight records: {len(files)} file(s) in {forensics.directory} (ranks {recorded})",
+        *(f"  collectives: {line}" for line in lines(forensics)),
+    ]
 
 
 def examine(files: list[Path], where: Mapping[int, str], directory: Path) -> Forensics | None:
