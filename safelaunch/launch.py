@@ -34,6 +34,7 @@ from safelaunch.report import (
     render_verdict,
     report_record,
     shown_path,
+    split_exit_line,
     write_file,
     write_report,
 )
@@ -61,6 +62,7 @@ class Concluded:
     diagnosis: Diagnosis
     report: dict[str, Any]
     code: int
+    exit_line: str | None  # "exit code N ...": printed last, after any rerun
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,12 +232,18 @@ def _attempts(session: Session) -> int:
                 peers=membership.watch(attempt) if membership is not None else None,
                 write_file=write_file,
             )
-            concluded = _conclude(record, console, config.max_restarts, session.table, history)
+            concluded = _conclude(record, session, history)
+            closing = concluded.exit_line
             if membership is not None:
+                if closing is not None:  # this node's own; the job's verdict comes last
+                    console.say(closing)
                 job = _conclude_nodes(session, membership, attempt, concluded)
                 retry, code = job.retryable, job.code
+                closing = f"exit code {job.code} on every node" if job.lines else None
             else:
                 retry, code = concluded.outcome.retryable, concluded.code
+            if retry and attempt < config.max_restarts and closing is not None:
+                console.say(closing)  # a restart follows: this attempt's code, in its log
         finally:
             console.close_log()
         if not retry or attempt == config.max_restarts:
@@ -243,8 +251,21 @@ def _attempts(session: Session) -> int:
                 _isolate(session, plan, concluded)
             elif retry:
                 console.say("isolation: no Gloo rerun: not available for multi-node jobs yet")
+            if closing is not None:  # the last line printed, after any rerun
+                _say_in_attempt_log(console, plan, closing)
             return code
     raise AssertionError("unreachable: the last attempt always returns")
+
+
+def _say_in_attempt_log(console: Console, plan: LaunchPlan, text: str) -> None:
+    """Say it, and append it to the attempt's launcher.log (reruns had logs of their own)."""
+    with contextlib.suppress(OSError):
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        console.attach_log(os.open(plan.attempt_dir / "launcher.log", flags))
+    try:
+        console.say(text)
+    finally:
+        console.close_log()
 
 
 def _conclude_nodes(
@@ -262,12 +283,8 @@ def _conclude_nodes(
     job = conclude_job(
         summaries, place.hosts, membership.first_stop(attempt), membership.lost_after
     )
-    if job.lines:
-        session.console.say(
-            f"job ({place.nodes} nodes): "
-            + "\n  ".join(job.lines)
-            + f"\nexit code {job.code} on every node"
-        )
+    if job.lines:  # its "exit code" line is the caller's: the last line printed
+        session.console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
     concluded.report["job"] = job_record(place, job)
     write_report(concluded.outcome.attempt_dir / "report.json", concluded.report)
     return job
@@ -300,22 +317,25 @@ END_SLACK = 30.0  # diagnosis and report time on top of the teardown, before a n
 LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read the verdict
 
 
-def _conclude(
-    record: AttemptRecord,
-    console: Console,
-    max_restarts: int,
-    table: Sequence[Signature],
-    history: list[dict[str, Any]],
-) -> Concluded:
-    """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code."""
+def _conclude(record: AttemptRecord, session: Session, history: list[dict[str, Any]]) -> Concluded:
+    """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code.
+
+    The summary's closing "exit code" line is held back: the caller prints it last.
+    """
     outcome = outcome_of(record)
-    diagnosis = diagnose(outcome, table)
-    console.say(render_summary(outcome, diagnosis))
+    diagnosis = diagnose(outcome, session.table)
+    summary, exit_line = split_exit_line(render_summary(outcome, diagnosis))
+    session.console.say(summary)
+    max_restarts = session.config.max_restarts
     report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts, history)
     write_report(outcome.attempt_dir / "report.json", report)
     history.append(report["attempts"][-1])
     return Concluded(
-        outcome=outcome, diagnosis=diagnosis, report=report, code=exit_code(outcome, diagnosis)
+        outcome=outcome,
+        diagnosis=diagnosis,
+        report=report,
+        code=exit_code(outcome, diagnosis),
+        exit_line=exit_line,
     )
 
 
@@ -325,18 +345,25 @@ def _isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
     They never change the exit code: that is the job's. A signal stops them.
     """
     from safelaunch.diagnose.isolation import (
+        detail_safe,
         failure_point,
         gloo_rerun,
         read_comm,
-        should_isolate,
         single_rerun,
         transport_reruns,
     )
+    from safelaunch.diagnose.policy import should_isolate
 
     config, console = session.config, session.console
-    decision = should_isolate(config.isolate, job.outcome, job.diagnosis)
-    timebox = failure_point(plan, job.outcome, config.isolate_timeout)
     job_comm = read_comm(job.outcome.attempt_dir)
+    decision = should_isolate(
+        config.isolate,
+        job.outcome,
+        job.diagnosis,
+        job_comm.backend,
+        detail_safe(job_comm, config.environ),
+    )
+    timebox = failure_point(plan, job.outcome, config.isolate_timeout)
     reruns: list[Rerun] = []
     notes: list[str] = []
     if decision.run:

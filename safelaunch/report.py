@@ -14,8 +14,9 @@ from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
 if TYPE_CHECKING:  # only for failures that were isolated, and for multi-node jobs
-    from safelaunch.diagnose.isolation import Decision, Verdict
+    from safelaunch.diagnose.isolation import Verdict
     from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.diagnose.policy import Decision
     from safelaunch.rendezvous import Placement
 
 
@@ -199,6 +200,15 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     return "\n".join(lines)
 
 
+def split_exit_line(summary: str) -> tuple[str, str | None]:
+    """The summary without its closing "exit code" line, and that line (None on success).
+
+    The launcher prints that line last, after any isolation rerun.
+    """
+    body, _, last = summary.rpartition("\n")
+    return (body, last) if body and last.startswith("exit code ") else (summary, None)
+
+
 REPORT_SCHEMA = "safelaunch.report/1"  # docs/report-json.md; bump on incompatible change
 
 
@@ -325,6 +335,8 @@ def isolation_record(
     return {
         "gloo_rerun": decision.run,
         "reason": decision.reason,
+        "ending": decision.ending.name.lower() if decision.ending else None,
+        "backend": decision.backend.name.lower() if decision.backend else None,
         "reruns": [
             {
                 "name": v.ran.name,

@@ -43,6 +43,8 @@ def test_nccl_missing_then_gloo_trains_is_the_communication_layer(tmp_path: Path
     assert run.returncode == 1  # the job's own failure decides the exit code, not the rerun
     assert "class: environment/launch (nccl-not-built)" in run.stderr
     assert "ISOLATION on Gloo" in run.stderr and ": communication layer" in run.stderr
+    # the job's exit code is the last line, after the rerun's verdict
+    assert run.stderr.splitlines()[-1].startswith("safelaunch: exit code 1 (rank ")
     # the rank log of the rerun shows the swap really happened, new_group included
     rerun_log = (run.run_dir / "isolate_gloo" / "rank0.log").read_text()
     assert "rank 0 trained 4 steps on gloo" in rerun_log
@@ -59,7 +61,7 @@ def test_nccl_missing_then_gloo_trains_is_the_communication_layer(tmp_path: Path
 
 
 def test_a_rank_raising_fails_on_gloo_too_so_it_is_the_program(tmp_path: Path) -> None:
-    run = _case(tmp_path, "raise")
+    run = _case(tmp_path, "raise", "--isolate=always")  # auto: no rerun for a Python error
     assert run.returncode == 1
     line = line_of(CASES, "raise ValueError")
     assert ": program" in run.stderr
@@ -71,7 +73,7 @@ def test_a_rank_raising_fails_on_gloo_too_so_it_is_the_program(tmp_path: Path) -
 
 
 def test_a_shape_mismatch_is_named_with_ranks_and_shapes(tmp_path: Path) -> None:
-    run = _case(tmp_path, "shape")
+    run = _case(tmp_path, "shape", "--isolate=always")  # a Gloo job: auto would not rerun
     assert "class: communication (collective-mismatch)" in run.stderr
     expected = (
         "collective #2 differs: rank 0 called all_reduce(float32[4]); "
@@ -92,6 +94,7 @@ def test_a_hang_is_rerun_and_the_skipped_collective_named(tmp_path: Path) -> Non
         timeout=150,
     )
     assert run.returncode == 124
+    # a Gloo job, but a hang with DETAIL possible: auto reruns to name the collective
     # no DDP here, so the rerun has torch's DETAIL checks: the hang becomes an error
     assert "the ranks call different collectives (seen in the Gloo rerun): the fault is in " in (
         run.stderr
@@ -99,6 +102,7 @@ def test_a_hang_is_rerun_and_the_skipped_collective_named(tmp_path: Path) -> Non
     assert "ranks 0,2 called all_reduce(float32[4]); rank 1 called barrier()" in run.stderr
     [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "failed" and rerun["verdict"] == "program"
+    assert _isolation(run)["reason"].startswith("a hang on Gloo: rerun with TORCH_DISTRIBUTED_")
     rerun_log = (run.run_dir / "isolate_gloo" / "rank1.log").read_text()
     assert "Detected mismatch between collectives on ranks" in rerun_log
 
@@ -108,8 +112,9 @@ def test_a_hang_with_detail_off_hangs_again(tmp_path: Path) -> None:
         tmp_path,
         "--nproc-per-node=2",
         "--hang-timeout=3",
+        "--isolate=always",  # a Gloo hang without DETAIL: auto would not rerun (policy table)
         worker("hang_cases.py"),
-        env={"CASE": "sleep", "TORCH_DISTRIBUTED_DEBUG": "OFF", **AUTO},
+        env={"CASE": "sleep", "TORCH_DISTRIBUTED_DEBUG": "OFF"},
         timeout=150,
     )
     assert run.returncode == 124
@@ -120,7 +125,8 @@ def test_a_hang_with_detail_off_hangs_again(tmp_path: Path) -> None:
 
 
 def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
-    run = _case(tmp_path, "flaky")  # would loop 400 steps; failed at step 3 the first time
+    # would loop 400 steps; failed at step 3 the first time (a Gloo job: forced)
+    run = _case(tmp_path, "flaky", "--isolate=always")
     assert "every rank is past step 3" in run.stderr
     [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "passed" and rerun["verdict"] == "did not reproduce"
@@ -129,25 +135,27 @@ def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
 
 def test_torchs_collective_checks_only_where_safe(tmp_path: Path) -> None:
     # no DDP in the job: DETAIL is on in the rerun, and torch's own check speaks too
-    shape = _case(tmp_path / "shape", "shape")
+    shape = _case(tmp_path / "shape", "shape", "--isolate=always")
     assert "TORCH_DISTRIBUTED_DEBUG=DETAIL in the Gloo rerun" in _isolation(shape)["notes"][0]
     rerun_log = (shape.run_dir / "isolate_gloo" / "rank0.log").read_text()
     assert "Detected mismatch between collectives on ranks" in rerun_log
     # a DDP job: never DETAIL (it segfaults DDP's constructor in torch 2.13)
-    ddp = _case(tmp_path / "ddp", "raise")
+    ddp = _case(tmp_path / "ddp", "raise", "--isolate=always")
     assert (
         "no TORCH_DISTRIBUTED_DEBUG=DETAIL: the job built a DDP model"
         in (_isolation(ddp)["notes"][0])
     )
     # failed before DDP, and the DETAIL rerun crashes building it: it got further, so passed
-    late = _case(tmp_path / "late", "late_ddp")
+    late = _case(tmp_path / "late", "late_ddp", "--isolate=always")
     [rerun] = _isolation(late)["reruns"]
     assert rerun["verdict"] == "did not reproduce"
     assert "as far as building its DDP model" in rerun["summary"]
 
 
 def test_the_cap_ends_a_rerun_that_never_gets_there(tmp_path: Path) -> None:
-    run = _case(tmp_path, "flaky", "--isolate-timeout=1.5", env={"FLAKY_SLOW": "1"})
+    run = _case(
+        tmp_path, "flaky", "--isolate=always", "--isolate-timeout=1.5", env={"FLAKY_SLOW": "1"}
+    )
     [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "timeboxed" and rerun["verdict"] == "inconclusive"
     assert "--isolate-timeout" in run.stderr
@@ -155,10 +163,28 @@ def test_the_cap_ends_a_rerun_that_never_gets_there(tmp_path: Path) -> None:
 
 def test_auto_skips_deterministic_program_faults_and_says_why(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", worker("bad_sampler.py"), env=AUTO, timeout=120)
-    assert "isolation: no Gloo rerun: sampler-and-shuffle (data/sampling)" in run.stderr
+    assert (
+        "isolation: no Gloo rerun: a fault the program repeats on any backend: it fails the "
+        "same way on any backend; to rerun anyway: --isolate always" in run.stderr
+    )
     assert not (run.run_dir / "isolate_gloo").exists()
     isolation = _isolation(run)
     assert isolation["gloo_rerun"] is False and isolation["reruns"] == []
+    assert (isolation["ending"], isolation["backend"]) == ("program_fault", "none")
+
+
+def test_auto_does_not_rerun_a_python_error_and_says_why_in_one_line(tmp_path: Path) -> None:
+    run = _case(tmp_path, "distributed")  # rank 1 raises RuntimeError, on Gloo
+    assert run.returncode == 1
+    assert sorted(p.name for p in run.run_dir.iterdir() if p.is_dir()) == ["attempt_0"]
+    [why] = [line for line in run.stderr.splitlines() if "isolation:" in line]
+    assert why == (
+        "safelaunch: isolation: no Gloo rerun: a Python exception in the program: it fails "
+        "the same way on any backend; to rerun anyway: --isolate always"
+    )
+    assert run.stderr.splitlines()[-1].startswith("safelaunch: exit code 1 (rank 1's own code)")
+    assert run.stderr.count("RuntimeError: rank 1 got a different shard count") == 1
+    assert _isolation(run)["ending"] == "python_error"
 
 
 def test_never_skips_and_success_writes_no_isolation(tmp_path: Path) -> None:
@@ -195,7 +221,11 @@ def test_transport_bisection_finds_the_variable_that_helps(tmp_path: Path) -> No
 
 def test_ctrl_c_during_a_rerun_keeps_the_jobs_code_and_writes_the_report(tmp_path: Path) -> None:
     proc, mark = start(
-        tmp_path, "--nproc-per-node=2", CASES, env={"CASE": "flaky", "FLAKY_SLOW": "1", **AUTO}
+        tmp_path,
+        "--nproc-per-node=2",
+        "--isolate=always",
+        CASES,
+        env={"CASE": "flaky", "FLAKY_SLOW": "1"},
     )
     deadline = time.monotonic() + 60
     while not list((tmp_path / "logs").glob("*/isolate_gloo/rank1.comm.json")):

@@ -7,16 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from safelaunch.diagnose import Diagnosis
 from safelaunch.diagnose.isolation import (
     collective_lag,
     collective_mismatch,
     read_comm,
-    should_isolate,
     transport_reruns,
 )
-from safelaunch.diagnose.signatures import SIGNATURES
-from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
 from safelaunch.plan import Timebox
 from safelaunch.rank.swap import describe, gloo_backend
 from safelaunch.supervisor.hang import Beat, passed_point
@@ -50,52 +46,6 @@ def test_describe_names_dtype_and_shape() -> None:
     assert describe(Tensor()) == "float32[4, 5]"
     assert describe([Tensor(), Tensor()]) == "list of 2 x float32[4, 5]"
     assert describe(None) == "NoneType"
-
-
-def _outcome(status: str) -> Outcome:
-    return Outcome(
-        attempt=0,
-        status=status,
-        ranks=(),
-        first_failure=None,
-        interrupt_signal=None,
-        exit_code=1,
-        duration=1.0,
-        strays_ended=0,
-        log_problems=(),
-        run_dir=Path("/nonexistent"),
-        attempt_dir=Path("/nonexistent/attempt_0"),
-    )
-
-
-def _diagnosis(signature_id: str | None) -> Diagnosis:
-    signature = next((s for s in SIGNATURES if s.id == signature_id), None)
-    return Diagnosis(root_cause=None, error=None, signature=signature)
-
-
-@pytest.mark.parametrize(
-    ("mode", "status", "signature", "runs", "reason"),
-    [
-        ("auto", FAILED, "nccl-system-error", True, "a rerun can tell"),
-        ("auto", FAILED, "native-crash", True, "a rerun can tell"),
-        ("auto", FAILED, None, True, "no known signature"),
-        ("auto", HUNG, None, True, "the job hung"),
-        ("auto", FAILED, "store-connection-lost", True, "(communication)"),
-        ("auto", FAILED, "sampler-and-shuffle", False, "repeats on any backend"),
-        ("auto", FAILED, "cuda-out-of-memory", False, "repeats on any backend"),
-        ("auto", FAILED, "shutdown-crash", False, "a crash at exit"),
-        ("always", FAILED, "sampler-and-shuffle", True, "--isolate always"),
-        ("never", FAILED, "nccl-system-error", False, "--isolate never"),
-        ("always", SUCCEEDED, None, False, "the job succeeded"),
-        ("always", INTERRUPTED, None, False, "the job interrupted"),
-    ],
-)
-def test_when_the_gloo_rerun_runs(
-    mode: str, status: str, signature: str | None, runs: bool, reason: str
-) -> None:
-    decision = should_isolate(mode, _outcome(status), _diagnosis(signature))
-    assert decision.run is runs
-    assert reason in decision.reason
 
 
 def _beat(step: int | None = None, seq: int | None = None) -> Beat:

@@ -15,13 +15,8 @@ from pathlib import Path
 
 from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import cause, matches
-from safelaunch.diagnose.signatures import (
-    COMMUNICATION,
-    ENVIRONMENT,
-    GLOO_LIMITS,
-    UNKNOWN,
-    Signature,
-)
+from safelaunch.diagnose.policy import Backend, backend_of
+from safelaunch.diagnose.signatures import ENVIRONMENT, GLOO_LIMITS, Signature
 from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, PASSED, SUCCEEDED, TIMEBOXED, Outcome
 from safelaunch.plan import LaunchPlan, Rerun, Timebox
 from safelaunch.supervisor.hang import read_beat
@@ -55,14 +50,6 @@ NO_TRANSPORT = "no transport"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    """Whether the Gloo rerun runs, and why (the report says it either way)."""
-
-    run: bool
-    reason: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class CommUse:
     """The backends the ranks asked for, and whether the rerun swapped them."""
 
@@ -71,11 +58,22 @@ class CommUse:
     swapped: bool
     initialised: bool = False  # some rank's init_process_group returned
     ddp: bool = False  # some rank built a DistributedDataParallel
+    attempted: bool = False  # some rank called init_process_group (its record exists)
 
     @property
     def nccl(self) -> bool:
         """Asked for NCCL, or got it by default (no backend named, on a CUDA build)."""
         return any("nccl" in backend for backend in (*self.requested, *self.used))
+
+    @property
+    def backend(self) -> Backend:
+        """NCCL up, NCCL asked for, Gloo only, or no process group: the policy's input."""
+        return backend_of(self.requested, self.used, self.attempted, self.initialised)
+
+
+def detail_safe(job: CommUse, environ: Mapping[str, str]) -> bool:
+    """The Gloo rerun may get TORCH_DISTRIBUTED_DEBUG=DETAIL: see gloo_rerun."""
+    return job.initialised and not job.ddp and "TORCH_DISTRIBUTED_DEBUG" not in environ
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,30 +100,6 @@ class Verdict:
     mismatch: str | None = None  # a collective mismatch named from the ranks' ledgers
 
 
-def should_isolate(mode: str, outcome: Outcome, diagnosis: Diagnosis) -> Decision:
-    """auto reruns for communication faults, hangs, native crashes and unknowns."""
-    if outcome.status not in (FAILED, HUNG):
-        return Decision(run=False, reason=f"the job {outcome.status}")
-    if mode == "never":
-        return Decision(run=False, reason="--isolate never")
-    if mode == "always":
-        return Decision(run=True, reason="--isolate always")
-    if outcome.status == HUNG:
-        return Decision(run=True, reason="the job hung: is it the communication layer?")
-    signature = diagnosis.signature
-    if signature is None:
-        return Decision(run=True, reason="no known signature: is it the communication layer?")
-    if signature.id == "shutdown-crash":
-        return Decision(run=False, reason="a crash at exit, after the work was done")
-    if signature.isolation_helps or signature.klass in (COMMUNICATION, UNKNOWN):
-        return Decision(run=True, reason=f"{signature.id} ({signature.klass}): a rerun can tell")
-    return Decision(
-        run=False,
-        reason=f"{signature.id} ({signature.klass}) is a fault the program or its "
-        "environment repeats on any backend",
-    )
-
-
 def failure_point(plan: LaunchPlan, outcome: Outcome, cap: float) -> Timebox:
     """How far the failed attempt got: its ranks' last step or collective count, or its time."""
     beats = [read_beat(w.rank, w.heartbeat_file) for w in plan.workers]
@@ -149,7 +123,7 @@ def gloo_rerun(timebox: Timebox, job: CommUse, environ: Mapping[str, str]) -> tu
     env = {}
     if "TORCH_DISTRIBUTED_DEBUG" in environ:
         checks = "collective checks: your TORCH_DISTRIBUTED_DEBUG, and safelaunch's record"
-    elif job.initialised and not job.ddp:
+    elif detail_safe(job, environ):
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         checks = (
             "collective checks: TORCH_DISTRIBUTED_DEBUG=DETAIL in the Gloo rerun (the job "
@@ -197,11 +171,13 @@ def transport_reruns(timebox: Timebox, environ: Mapping[str, str]) -> tuple[list
 def read_comm(attempt_dir: Path) -> CommUse:
     """What the ranks' rank<N>.comm.json files say (absent: the job never initialised)."""
     requested, used, swapped, initialised, ddp = set(), set(), False, False, False
+    attempted = False
     for path in sorted(attempt_dir.glob("rank*.comm.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        attempted = True
         initialised = initialised or record.get("used") is not None  # written after init
         ddp = ddp or bool(record.get("ddp"))
         if record.get("requested") is not None:
@@ -215,6 +191,7 @@ def read_comm(attempt_dir: Path) -> CommUse:
         swapped=swapped,
         initialised=initialised,
         ddp=ddp,
+        attempted=attempted,
     )
 
 

@@ -1,0 +1,177 @@
+"""The rerun policy as a table: every way a job ends x every backend it used, no job run."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from pathlib import Path
+
+import pytest
+
+from safelaunch.diagnose import Diagnosis, ErrorText
+from safelaunch.diagnose.policy import (
+    Backend,
+    Ending,
+    backend_of,
+    decide,
+    ending_of,
+    should_isolate,
+)
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome, RankResult
+
+E, B = Ending, Backend
+NCCLISH = {B.NCCL, B.NCCL_NOT_UP}
+# The table, written out rather than derived: where `auto` spends a rerun.
+# Per ending: the backends that get one (GLOO_DETAIL: Gloo, only when DETAIL can be on).
+GLOO_DETAIL = "gloo, when the rerun can have TORCH_DISTRIBUTED_DEBUG=DETAIL"
+RERUNS: dict[Ending, set[object]] = {
+    E.HANG: {*NCCLISH, GLOO_DETAIL},
+    E.COMMUNICATION: NCCLISH,
+    E.NCCL_ERROR: NCCLISH,
+    E.NATIVE_CRASH: NCCLISH,
+    E.SILENT_EXIT: NCCLISH,
+    E.UNKNOWN: NCCLISH,
+    E.PYTHON_ERROR: set(),
+    E.STARTUP_ERROR: set(),
+    E.PROGRAM_EXIT: set(),
+    E.PROGRAM_FAULT: set(),
+    E.OUT_OF_MEMORY: set(),
+    E.EXIT_CRASH: set(),
+}
+
+
+def test_the_table_covers_every_ending() -> None:
+    assert set(RERUNS) == set(Ending)
+
+
+@pytest.mark.parametrize(
+    ("ending", "backend", "detail"),
+    list(itertools.product(Ending, Backend, (False, True))),
+    ids=lambda v: getattr(v, "name", str(v)),
+)
+def test_auto_policy_table(ending: Ending, backend: Backend, detail: bool) -> None:
+    decision = decide("auto", ending, backend, detail)
+    expected = backend in RERUNS[ending] or (
+        backend == B.GLOO and detail and GLOO_DETAIL in RERUNS[ending]
+    )
+    assert decision.run is expected
+    assert (decision.ending, decision.backend) == (ending, backend)
+    assert "\n" not in decision.reason  # one line
+    if not decision.run:  # says why, and how to force one
+        assert ending.value in decision.reason
+        assert decision.reason.endswith("to rerun anyway: --isolate always")
+
+
+@pytest.mark.parametrize(("ending", "backend"), list(itertools.product(Ending, Backend)))
+def test_always_and_never_override_the_table(ending: Ending, backend: Backend) -> None:
+    assert decide("always", ending, backend, False).run is True
+    assert decide("never", ending, backend, True).run is False
+
+
+def _outcome(status: str, *ranks: RankResult) -> Outcome:
+    return Outcome(
+        attempt=0,
+        status=status,
+        ranks=ranks,
+        first_failure=0 if ranks else None,
+        interrupt_signal=None,
+        exit_code=1,
+        duration=1.0,
+        strays_ended=0,
+        log_problems=(),
+        run_dir=Path("/nonexistent"),
+        attempt_dir=Path("/nonexistent/attempt_0"),
+    )
+
+
+def _rank(code: int | None = 1, sig: int | None = None) -> RankResult:
+    where = Path("/nonexistent/rank0.log")
+    return RankResult(
+        rank=0,
+        local_rank=0,
+        pid=1,
+        state=FAILED,
+        exit_code=code,
+        signal=sig,
+        ended_after=1.0,
+        log_path=where,
+        error_file=where,
+    )
+
+
+def _signature(signature_id: str) -> Diagnosis:
+    signature = next(s for s in SIGNATURES if s.id == signature_id)
+    return Diagnosis(root_cause=_rank(), error=None, signature=signature, klass=signature.klass)
+
+
+def _error(line: str, sig: int | None = None) -> Diagnosis:
+    return Diagnosis(
+        root_cause=_rank(sig=sig), error=ErrorText(line=line, location=None, source="log")
+    )
+
+
+@pytest.mark.parametrize(
+    ("diagnosis", "ending"),
+    [
+        (_signature("nccl-system-error"), E.COMMUNICATION),
+        (_signature("collective-timeout"), E.COMMUNICATION),
+        (_signature("store-connection-lost"), E.COMMUNICATION),
+        (_signature("nccl-not-built"), E.NCCL_ERROR),
+        (_signature("native-crash"), E.NATIVE_CRASH),
+        (_signature("sampler-and-shuffle"), E.PROGRAM_FAULT),
+        (_signature("port-in-use"), E.PROGRAM_FAULT),
+        (_signature("cuda-out-of-memory"), E.OUT_OF_MEMORY),
+        (_signature("killed-sigkill"), E.OUT_OF_MEMORY),
+        (_signature("shutdown-crash"), E.EXIT_CRASH),
+        (_error("RuntimeError: loss went negative"), E.PYTHON_ERROR),
+        (_error("ValueError: bad"), E.PYTHON_ERROR),
+        (_error("SyntaxError: invalid syntax"), E.STARTUP_ERROR),
+        (_error("ModuleNotFoundError: No module named 'x'"), E.STARTUP_ERROR),
+        (_error("SystemExit: 3"), E.PROGRAM_EXIT),
+        (
+            _error("torch.distributed.DistBackendError: NCCL communicator was aborted"),
+            E.COMMUNICATION,
+        ),
+        (_error("Fatal Python error: Segmentation fault"), E.NATIVE_CRASH),
+        (Diagnosis(root_cause=_rank(None, signal.SIGABRT), error=None), E.NATIVE_CRASH),
+        (Diagnosis(root_cause=_rank(3), error=None), E.SILENT_EXIT),
+    ],
+    ids=lambda v: v.name if isinstance(v, Ending) else "",
+)
+def test_how_a_diagnosis_maps_onto_an_ending(diagnosis: Diagnosis, ending: Ending) -> None:
+    assert ending_of(_outcome(FAILED, _rank()), diagnosis) is ending
+
+
+def test_a_hang_is_a_hang_whatever_else_is_known() -> None:
+    diagnosis = Diagnosis(root_cause=None, error=None)
+    assert ending_of(_outcome(HUNG), diagnosis) is E.HANG
+
+
+@pytest.mark.parametrize(
+    ("requested", "used", "attempted", "initialised", "backend"),
+    [
+        (("nccl",), ("nccl",), True, True, B.NCCL),
+        ((), ("cpu:gloo,cuda:nccl",), True, True, B.NCCL),  # torch's default on a CUDA build
+        (("nccl",), (), True, False, B.NCCL_NOT_UP),  # a CPU build: init fails
+        ((), (), True, False, B.NCCL_NOT_UP),  # default backend, never up: could be NCCL
+        (("gloo",), ("gloo",), True, True, B.GLOO),
+        (("gloo",), (), True, False, B.GLOO),  # gloo asked for, init never returned
+        ((), (), False, False, B.NONE),
+    ],
+)
+def test_backend_from_the_ranks_records(
+    requested: tuple[str, ...],
+    used: tuple[str, ...],
+    attempted: bool,
+    initialised: bool,
+    backend: Backend,
+) -> None:
+    assert backend_of(requested, used, attempted, initialised) is backend
+
+
+@pytest.mark.parametrize("status", [SUCCEEDED, INTERRUPTED])
+def test_only_failures_and_hangs_are_candidates(status: str) -> None:
+    diagnosis = Diagnosis(root_cause=None, error=None)
+    decision = should_isolate("always", _outcome(status), diagnosis, B.NCCL, True)
+    assert decision.run is False and decision.reason == f"the job {status}"
