@@ -201,6 +201,12 @@ _OPTIONS = [
         help="Skip the environment checks (rank count and port are still resolved).",
     ),
     _own(
+        "--no-lint",
+        is_flag=True,
+        envvar="SAFELAUNCH_NO_LINT",
+        help="Skip the static check of the script for DDP mistakes (safelaunch lint SCRIPT).",
+    ),
+    _own(
         "--signatures",
         default=None,
         envvar="SAFELAUNCH_SIGNATURES",
@@ -260,7 +266,8 @@ def _with_options(function: Callable[..., Any]) -> Callable[..., Any]:
         "max_content_width": 100,
     },
     epilog="Check this machine: safelaunch doctor [--json]. "
-    "Explain an earlier run's logs: safelaunch explain PATH|-. Exit codes: "
+    "Explain an earlier run's logs: safelaunch explain PATH|-. Check a script for DDP "
+    "mistakes: safelaunch lint SCRIPT [--json]. Exit codes: "
     "docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
 )
 @_with_options
@@ -408,8 +415,24 @@ def status_command(
     sys.exit(0)
 
 
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("script", type=click.Path(dir_okay=False))
+def lint_command(script: str, as_json: bool) -> None:
+    """Check a training script for DDP mistakes without running it (Python's ast: nothing
+    is imported). Exit 1 when an error or warning is found, 0 for hints or nothing."""
+    from safelaunch.lint.report import lint_report
+
+    text, code = lint_report(script, as_json)
+    if code == exitcodes.USAGE and not as_json:
+        Console(color=color_wanted("auto", sys.stderr.buffer)).say(text, "error")
+    else:
+        Console().emit((text + "\n").encode())
+    sys.exit(code)
+
+
 def main() -> None:
-    """Console-script entry point: `safelaunch explain|doctor|status ...`, else a launch."""
+    """Console-script entry point: `safelaunch explain|doctor|status|lint ...`, else a launch."""
     # A subcommand word only where a script name would stand: ./explain still launches.
     if sys.argv[1:2] == ["explain"]:
         explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
@@ -417,4 +440,6 @@ def main() -> None:
         doctor_command(args=sys.argv[2:], prog_name="safelaunch doctor")
     if sys.argv[1:2] == ["status"]:
         status_command(args=sys.argv[2:], prog_name="safelaunch status")
+    if sys.argv[1:2] == ["lint"]:
+        lint_command(args=sys.argv[2:], prog_name="safelaunch lint")
     command(prog_name="safelaunch")

@@ -110,6 +110,7 @@ class LaunchConfig:
     debug_profile: str = "default"  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too
     preflight: bool = True  # False: only what must be resolved (rank count, port)
+    lint: bool = True  # the static check of the script for DDP mistakes (safelaunch.lint)
     local_addr: str | None = None  # multi-node: the address this node advertises
     origins: tuple[str, ...] = ()  # values taken from SLURM: "nnodes=2 (SLURM_JOB_NUM_NODES)"
     isolate: str = "auto"  # the Gloo rerun after a failure: auto | always | never
@@ -416,6 +417,7 @@ def build_config(
         debug_profile=raw.get("debug_profile", "default"),
         strict=raw.get("strict", False),
         preflight=not raw.get("no_preflight", False),
+        lint=not raw.get("no_lint", False),
         local_addr=raw["local_addr"] or None,
         origins=tuple(origins),
         isolate=raw.get("isolate", "auto"),

@@ -23,6 +23,8 @@ from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.diagnose import Diagnosis, diagnose, user_signatures
 from safelaunch.diagnose.signatures import Signature
+from safelaunch.lint import related
+from safelaunch.lint.report import lint_banner, lint_match
 from safelaunch.outcome import INTERRUPTED, Outcome, outcome_of, signal_name
 from safelaunch.plan import LaunchPlan, Rerun, RunIdentity, Timebox, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
@@ -222,6 +224,8 @@ def _attempts(session: Session) -> int:
         console.say(banner(config, preflight, plan))
         if attempt == 0 and preflight.warnings:
             console.say("\n".join(preflight.warnings), "warning")
+        if attempt == 0 and any(f.severity != "hint" for f in preflight.lint):
+            console.say(lint_banner(config.training_script, preflight.lint), "warning")
         try:
             record = supervise(
                 plan,
@@ -325,6 +329,10 @@ def _conclude(record: AttemptRecord, session: Session, history: list[dict[str, A
     outcome = outcome_of(record)
     diagnosis = diagnose(outcome, session.table)
     summary, exit_line = split_exit_line(render_summary(outcome, diagnosis))
+    lint, script = session.preflight.lint, session.config.training_script
+    if exit_line is not None and lint:  # a failure or hang: did lint see it coming?
+        signature = diagnosis.signature.id if diagnosis.signature else None
+        summary += lint_match(script, related(lint, diagnosis.klass, signature))
     session.console.say(summary)
     max_restarts = session.config.max_restarts
     report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts, history)

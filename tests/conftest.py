@@ -54,6 +54,8 @@ def marked_env(
     env.update({MARK_VAR: mark, "SAFELAUNCH_COLOR": "never", "PIDS_DIR": str(tmp_path / "pids")})
     # Isolation reruns are tested in test_isolation.py; elsewhere they would only add time.
     env["SAFELAUNCH_ISOLATE"] = "never"
+    # lint results are cached by content: keep the tests' cache out of the user's home
+    env["SAFELAUNCH_CACHE_DIR"] = str(tmp_path / "lint-cache")
     (tmp_path / "pids").mkdir(exist_ok=True)
     env.update(extra or {})
     return env, mark

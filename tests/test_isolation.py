@@ -171,6 +171,13 @@ def test_auto_skips_deterministic_program_faults_and_says_why(tmp_path: Path) ->
     isolation = _isolation(run)
     assert isolation["gloo_rerun"] is False and isolation["reruns"] == []
     assert (isolation["ending"], isolation["backend"]) == ("program_fault", "none")
+    # lint saw it before launch (banner), and the failure summary points back at it
+    finding = f"{worker('bad_sampler.py')}:11: error sampler-with-shuffle"
+    assert f"safelaunch: warning: lint: {finding}" in run.stderr
+    assert (
+        "  lint:  before launch, lint found in the same script (data/sampling): " + (finding)
+        in run.stderr
+    )
 
 
 def test_auto_does_not_rerun_a_python_error_and_says_why_in_one_line(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
+from safelaunch.lint import Finding as LintFinding
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
@@ -30,6 +31,7 @@ class PreflightReport:
     master_port: PortReservation
     gpu_lines: tuple[str, ...] = ()  # local rank -> cuda:N -> physical GPU, for the banner
     warnings: tuple[str, ...] = ()
+    lint: tuple[LintFinding, ...] = ()  # DDP mistakes seen in the script (safelaunch lint)
     # multi-node: what every node must have alike (compared across nodes at the rendezvous)
     node_facts: Mapping[str, str | int | None] = field(default_factory=dict)
 
@@ -90,6 +92,25 @@ def check_entry_point(config: LaunchConfig) -> None:
         )
 
 
+def lint_script(config: LaunchConfig) -> tuple[LintFinding, ...]:
+    """The script's DDP mistakes (cached by content); with --strict an error or warning stops."""
+    if not config.lint or ((config.module or config.no_python) and not config.run_path):
+        return ()  # a module or an executable: no script file of ours to read
+    from safelaunch.lint import BLOCKING
+    from safelaunch.lint.cache import lint_cached
+
+    findings = lint_cached(Path(config.training_script), config.environ).findings
+    if config.strict:
+        for finding in findings:
+            if finding.severity in BLOCKING:
+                raise PreflightError(
+                    f"lint: {finding.render(config.training_script)}",
+                    f"{finding.fix} (a lint {finding.severity}; --strict made it fatal; "
+                    "--no-lint skips the check)",
+                )
+    return findings
+
+
 def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
     """MASTER_ADDR and a MASTER_PORT this run owns."""
     addr = config.master_addr or DEFAULT_MASTER_ADDR
@@ -123,6 +144,7 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
     inventory = read_inventory(config.environ)
     nproc, reason = resolve_nproc(config, inventory)
     check_entry_point(config)
+    lint = lint_script(config)
     lines: tuple[str, ...] = ()
     warnings: list[Finding] = []
     if config.preflight:
@@ -147,5 +169,6 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
         master_port=port,
         gpu_lines=lines,
         warnings=tuple(f"{w.message}; {w.fix}" if w.fix else w.message for w in warnings),
+        lint=lint,
         node_facts=node_facts(inventory, config.environ) if multi_node else {},
     )

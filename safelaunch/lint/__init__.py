@@ -1,0 +1,101 @@
+"""Lint: the DDP mistakes a training script shows before it runs (static; see docs/lint.md).
+
+`safelaunch lint SCRIPT` runs it alone; every launch runs it too (cached by the
+script's content, so a launch pays a hash and a small read) and shows the findings as
+warnings in the banner; a failure whose class matches a finding says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from safelaunch.lint.rules import RULES, Rule, Severity
+from safelaunch.lint.scan import parse
+
+# Bumped whenever a rule changes what it finds: cached results of older rules are ignored.
+RULES_VERSION = "1"
+BLOCKING: tuple[Severity, ...] = ("error", "warning")  # what --strict (and the exit code) count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One mistake at one place."""
+
+    rule: str
+    severity: Severity
+    line: int
+    col: int
+    message: str
+    why: str
+    fix: str
+    klass: str
+    signatures: tuple[str, ...]
+
+    def render(self, script: str) -> str:
+        return f"{script}:{self.line}: {self.severity} {self.rule}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LintResult:
+    """The findings, or why the script could not be read."""
+
+    findings: tuple[Finding, ...] = ()
+    problem: str | None = None  # e.g. a SyntaxError: the script will fail on its own
+
+    @property
+    def blocking(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity in BLOCKING)
+
+
+def _finding(rule: Rule, line: int, col: int) -> Finding:
+    return Finding(
+        rule=rule.id,
+        severity=rule.severity,
+        line=line,
+        col=col,
+        message=rule.title,
+        why=rule.why,
+        fix=rule.fix,
+        klass=rule.klass,
+        signatures=rule.signatures,
+    )
+
+
+def lint_source(source: str | bytes, filename: str = "<script>") -> LintResult:
+    """Every rule over one script's text."""
+    try:
+        script = parse(source, filename)
+    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        return LintResult(problem=f"not parsed: {type(exc).__name__}{where}")
+    found = {
+        (node.lineno, node.col_offset, rule.id): _finding(rule, node.lineno, node.col_offset)
+        for rule in RULES
+        for node in rule.check(script)
+    }
+    return LintResult(findings=tuple(found[key] for key in sorted(found)))
+
+
+def to_json(result: LintResult) -> str:
+    return json.dumps(
+        {"problem": result.problem, "findings": [asdict(f) for f in result.findings]}, indent=1
+    )
+
+
+def from_json(text: str) -> LintResult:
+    data = json.loads(text)
+    findings = tuple(
+        Finding(**{**item, "signatures": tuple(item["signatures"])}) for item in data["findings"]
+    )
+    return LintResult(findings=findings, problem=data["problem"])
+
+
+def related(findings: Sequence[Finding], klass: str | None, signature: str | None) -> list[Finding]:
+    """Findings that predicted this failure: its signature first, else its class."""
+    if signature is not None:
+        exact = [f for f in findings if signature in f.signatures]
+        if exact:
+            return exact
+    return [f for f in findings if klass is not None and f.klass == klass]

@@ -1,0 +1,76 @@
+"""Lint findings for people: `safelaunch lint` (why, fix, exit code), the banner, a failure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from safelaunch import exitcodes
+from safelaunch.lint import Finding, LintResult, lint_source
+from safelaunch.lint.rules import RULES
+
+FOUND = 1  # an error or warning was found (hints alone: 0), as linters do
+
+
+def render(script: str, result: LintResult) -> str:
+    """Each finding on its line, its why and fix under it; a count at the end."""
+    if result.problem is not None:
+        return f"{script}: {result.problem}; nothing checked"
+    lines = []
+    for finding in result.findings:
+        lines.append(finding.render(script))
+        lines.append(f"  why: {finding.why}")
+        lines.append(f"  fix: {finding.fix}")
+    if not result.findings:
+        return f"{script}: no DDP mistakes found ({len(RULES)} rules)"
+    counts = {level: 0 for level in ("error", "warning", "hint")}
+    for finding in result.findings:
+        counts[finding.severity] += 1
+    summary = ", ".join(f"{n} {level}{'s' if n != 1 else ''}" for level, n in counts.items())
+    lines.append(f"{script}: {summary}")
+    return "\n".join(lines)
+
+
+def lint_report(script: str, as_json: bool) -> tuple[str, int]:
+    """The text (or JSON) for the terminal, and the exit code."""
+    try:
+        source = Path(script).read_bytes()
+    except OSError as exc:
+        message = f"lint: {script}: {exc.strerror or exc}"
+        if as_json:
+            return json.dumps({"script": script, "error": message}), exitcodes.USAGE
+        return message, exitcodes.USAGE
+    result = lint_source(source, script)
+    code = FOUND if result.blocking else exitcodes.SUCCESS
+    if as_json:
+        payload = {
+            "script": script,
+            "problem": result.problem,
+            "findings": [asdict(f) for f in result.findings],
+        }
+        return json.dumps(payload, indent=2), code
+    return render(script, result), code
+
+
+def lint_banner(script: str, findings: Sequence[Finding]) -> str:
+    """Errors and warnings one line each, hints counted: never in the way of the launch.
+
+    Only shown with an error or warning: hints alone are for `safelaunch lint`.
+    """
+    shown = [f for f in findings if f.severity != "hint"]
+    lines = [f"lint: {f.render(script)}; fix: {f.fix}" for f in shown]
+    hints = len(findings) - len(shown)
+    more = f"{hints} hint(s) more; " if hints else ""
+    lines.append(f"lint: {more}details: safelaunch lint {script}; --no-lint turns this off")
+    return "\n".join(lines)
+
+
+def lint_match(script: str, findings: Sequence[Finding]) -> str:
+    """Lines for the failure summary: lint findings in the same class as this failure."""
+    return "".join(
+        f"\n  lint:  before launch, lint found in the same script ({f.klass}): "
+        f"{f.render(script)}; fix: {f.fix}"
+        for f in findings[:3]
+    )
