@@ -30,6 +30,12 @@ from safelaunch.supervisor.hang import (
     passed_point,
     read_beat,
 )
+from safelaunch.supervisor.interrupts import (
+    OWN_SIGNAL_WAIT,
+    expects_own_signal,
+    signal_explains,
+    stopped_from,
+)
 from safelaunch.supervisor.lines import rank_label
 from safelaunch.supervisor.live import LiveState, RankNow, Writer
 from safelaunch.supervisor.procs import (
@@ -51,7 +57,6 @@ STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CONSOLE_CLOSE = 2.0  # a console blocked longer is left behind: the files have everything
 CANNOT_RUN = 127  # shell convention for "command could not be run"
-OWN_SIGNAL_WAIT = 1.0  # ranks died of SIGTERM & co: the launcher's copy is due within this
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
 
 
@@ -394,7 +399,9 @@ class _Attempt:
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
                 )
                 self._begin_teardown("signal", signum)
-            elif self._interrupt is None and self._caused_by(signum):
+            elif self._interrupt is None and signal_explains(
+                signum, self._cause, self._failed_codes(), self._peer_event
+            ):
                 self._signal_reached_ranks_first(signum)
             elif self._interrupt is None:  # already stopping for another reason
                 self._interrupt = signum
@@ -421,24 +428,8 @@ class _Attempt:
         signal_pids(set(live), signum)
         self._console.say(f"received {name}: passed on to {len(live)} rank(s); the job goes on")
 
-    def _caused_by(self, signum: int) -> bool:
-        """Every failure so far is a rank ending of this very signal.
-
-        SLURM (scancel, a time limit) signals every process of the step: the ranks may
-        die of it a moment before the launcher's own copy arrives. That is an interrupt,
-        not a rank failure.
-        """
-        if self._cause == "peer":  # another node's ranks got it first: so did it
-            event = self._peer_event or ""
-            name = signal.Signals(signum).name
-            codes = (f"(returncode {-signum})", f"(returncode {128 + signum})")
-            return event.endswith(f"interrupted by {name}") or event.endswith(codes)
-        failed = [e for e in self._exits.values() if e.returncode != 0]
-        return (
-            self._cause == "rank failed"
-            and bool(failed)
-            and all(e.returncode in (-signum, 128 + signum) for e in failed)
-        )
+    def _failed_codes(self) -> list[int]:
+        return [e.returncode for e in self._exits.values() if e.returncode != 0]
 
     def _signal_reached_ranks_first(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -459,10 +450,9 @@ class _Attempt:
         """
         if self._cause != "signal" or self._interrupt is None or self._teardown_at is None:
             return
-        codes = (-self._interrupt, 128 + self._interrupt)
-        ended = [e.ended_after for e in self._exits.values() if e.returncode in codes]
-        if ended:
-            self._teardown_at = min(self._teardown_at, self._t0 + min(ended))
+        ended = [(e.returncode, e.ended_after) for e in self._exits.values()]
+        since = stopped_from(self._interrupt, self._teardown_at - self._t0, ended)
+        self._teardown_at = self._t0 + since
 
     def _await_own_signal(self) -> None:
         """Every rank died of a signal the launcher handles: wait briefly for its own copy.
@@ -470,11 +460,9 @@ class _Attempt:
         When SLURM signals the whole step the ranks can finish dying before the launcher's
         signal arrives; without this short wait an scancel would read as a rank failure.
         """
-        if self._cause != "rank failed" or self._interrupt is not None:
-            return
-        stopping = {-s for s in self._signals.stopping} | {128 + s for s in self._signals.stopping}
-        failed = [e.returncode for e in self._exits.values() if e.returncode != 0]
-        if not failed or not all(code in stopping for code in failed):
+        if self._interrupt is not None or not expects_own_signal(
+            self._cause, self._failed_codes(), self._signals.stopping
+        ):
             return
         until = time.monotonic() + OWN_SIGNAL_WAIT
         while time.monotonic() < until and self._interrupt is None:

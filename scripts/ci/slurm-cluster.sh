@@ -104,7 +104,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+pid_alive() { [ -s "$1" ] && [ -d "/proc/$(cat "$1")" ]; }  # kill -0 needs the owner
 
 start() {
     [ "$(id -u)" -eq 0 ] || unavailable "not root (the daemons and apt need it)"
