@@ -8,13 +8,21 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import leaks
 import pytest
+from leaks import MARK_VAR
 
 WORKERS = Path(__file__).parent / "workers"
-MARK_VAR = "SAFELAUNCH_TEST_MARK"
+# Every mark of this pytest run starts with it, so that the reaper can find them all.
+# A pytest run by a test (test_leaks.py) is handed its prefix.
+SESSION = os.environ.get("SAFELAUNCH_TEST_SESSION") or uuid.uuid4().hex[:12]
+# The marks handed out and the sessions of the launchers started since the last sweep.
+_marks: set[str] = set()
+_sessions: set[int] = set()
 
 
 @dataclass
@@ -45,7 +53,8 @@ def marked_env(
     tmp_path: Path, extra: dict[str, str] | None = None, unset: tuple[str, ...] = ()
 ) -> tuple[dict[str, str], str]:
     """The environment for a launch, carrying a mark every descendant inherits."""
-    mark = uuid.uuid4().hex
+    mark = f"{SESSION}-{uuid.uuid4().hex}"
+    _marks.add(mark)
     env = {
         k: v
         for k, v in os.environ.items()
@@ -73,18 +82,13 @@ def launch(
     run_env, mark = marked_env(tmp_path, env, unset)
     logs = log_dir or tmp_path / "logs"
     started = time.monotonic()
-    proc = subprocess.run(
-        safelaunch_cmd("--log-dir", str(logs), *args),
-        cwd=tmp_path,
-        env=run_env,
-        capture_output=True,
-        timeout=timeout,
-    )
+    proc = _popen(safelaunch_cmd("--log-dir", str(logs), *args), tmp_path, run_env)
+    stdout, stderr = _communicate(proc, mark, timeout)
     wall = time.monotonic() - started
     result = Run(
         returncode=proc.returncode,
-        stdout=proc.stdout.decode("utf-8", "replace"),
-        stderr=proc.stderr.decode("utf-8", "replace"),
+        stdout=stdout.decode("utf-8", "replace"),
+        stderr=stderr.decode("utf-8", "replace"),
         log_dir=logs,
         mark=mark,
         wall=wall,
@@ -98,30 +102,53 @@ def start(
 ) -> tuple[subprocess.Popen, str]:
     """Start safelaunch in the background (logs under where/logs); the process and its mark."""
     run_env, mark = marked_env(where, env)
-    proc = subprocess.Popen(
-        safelaunch_cmd("--log-dir", str(where / "logs"), *args),
-        cwd=where,
-        env=run_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=text,
-    )
-    return proc, mark
+    return _popen(
+        safelaunch_cmd("--log-dir", str(where / "logs"), *args), where, run_env, text
+    ), mark
 
 
 def cli(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """Run safelaunch (logs under tmp_path/logs) and capture its text output; no orphan check."""
-    run_env, _ = marked_env(tmp_path, env)
-    return subprocess.run(
-        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args),
-        cwd=tmp_path,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    run_env, mark = marked_env(tmp_path, env)
+    proc = _popen(
+        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), *args), tmp_path, run_env, True
     )
+    stdout, stderr = _communicate(proc, mark, timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _popen(argv: list[str], cwd: Path, env: dict[str, str], text: bool = False) -> subprocess.Popen:  # type: ignore[type-arg]
+    # A session of its own, known to the sweep: what the launcher starts without one
+    # (probes, the keeper before its setsid) is ended with it, and a Ctrl-C at the
+    # terminal reaches pytest only (the sweep ends the launcher either way).
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=text,
+        start_new_session=True,
+    )
+    _sessions.add(proc.pid)
+    return proc
+
+
+def _communicate(proc: subprocess.Popen, mark: str, timeout: float):  # type: ignore[no-untyped-def,type-arg]
+    """proc.communicate(); when interrupted (a timeout, pytest-timeout, Ctrl-C), first sweep.
+
+    subprocess.run would SIGKILL the launcher at once; its ranks then die with it, and a
+    descendant that cleared its environment could no longer be found by their session.
+    """
+    try:
+        return proc.communicate(timeout=timeout)
+    except BaseException:
+        leaks.sweep(leaks.exact([mark]), {proc.pid})
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5)  # a stray that left the session may hold the pipes
+        raise
 
 
 def marked_processes(mark: str) -> set[int]:
@@ -176,6 +203,42 @@ def worker(name: str) -> str:
 def console_lines(text: str, rank: int) -> list[str]:
     prefix = f"[rank{rank}]: "
     return [line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """End whatever the test started, even when it failed or pytest-timeout stopped it.
+
+    pytest-timeout uses method "signal" (pyproject.toml): the timeout raises inside the
+    test and this teardown still runs. Its "thread" method ends pytest with os._exit,
+    with no teardown at all; then only the session's reaper (leaks.py) is left to sweep.
+    """
+    yield
+    _sweep_all()
+
+
+def _sweep_all() -> None:
+    if _marks or _sessions:
+        leaks.sweep(leaks.exact(_marks), _sessions)
+    _marks.clear()
+    _sessions.clear()
+
+
+_reaper: list[int] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _reaper.append(leaks.start_reaper(SESSION))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Also after Ctrl-C (KeyboardInterrupt skips the running test's teardown)."""
+    _sweep_all()
+    leaks.sweep(leaks.prefixed(SESSION))
+    for fd in _reaper:
+        os.write(fd, leaks.DONE)
+        os.close(fd)
+    _reaper.clear()
 
 
 @pytest.fixture

@@ -130,7 +130,9 @@ def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
     assert "every rank is past step 3" in run.stderr
     [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "passed" and rerun["verdict"] == "did not reproduce"
-    assert rerun["duration_s"] < 20
+    # The bound is the feature: the rerun's 400 steps would take 40 s (30 s: margin for a
+    # loaded machine).
+    assert rerun["duration_s"] < 30
 
 
 def test_torchs_collective_checks_only_where_safe(tmp_path: Path) -> None:

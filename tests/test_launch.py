@@ -59,7 +59,9 @@ def test_rank_raising_is_the_root_cause(tmp_path: Path) -> None:
     assert f"at:    {worker('fail_one.py')}:{line} in load_batch" in summary
     assert "ranks 0,2: stopped by safelaunch (SIGTERM)" in summary
     assert "rank1.log" in summary
-    assert run.wall < 10  # the others are stopped at once, not after their 60 s sleep
+    # The bound is the feature: the others are stopped at once, not after their 60 s sleep
+    # (30 s: margin for a loaded machine, still far from 60).
+    assert run.wall < 30
     assert b"RuntimeError: rank 1 cannot read shard 7" in run.rank_log(1)
 
 

@@ -154,7 +154,9 @@ def test_a_killed_node_is_reported_by_the_other_within_the_bound(tmp_path: Path)
     job = err[err.index("job (2 nodes): ") :]
     assert job.startswith("job (2 nodes): node 1 (") or job.startswith("job (2 nodes): node 0 (")
     assert "FAILED on node" not in job  # the survivor's own failures are consequences
-    assert noticed_after < 15, noticed_after  # 3 s without a sign of life, plus teardown
+    # The bound is the feature: 3 s without a sign of life, plus teardown; without it the
+    # survivor would wait forever (30 s: margin for a loaded machine).
+    assert noticed_after < 30, noticed_after
     report = json.loads(
         (
             (tmp_path / "node0" / "logs" / "latest").resolve() / "attempt_0" / "report.json"

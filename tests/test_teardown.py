@@ -27,7 +27,9 @@ def test_failed_rank_children_and_sigterm_ignoring_grandchildren_are_ended(
     assert "FAILED: rank 1 exited with code 1" in run.stderr
     assert len(_recorded_pids(tmp_path)) == 6  # 2 ranks x (rank, stubborn child, setsid child)
     assert "leftover process(es)" in run.stderr
-    assert run.wall < 10  # stubborn children get SIGKILL after a short grace, not 30 s
+    # The bound is the feature: stubborn children get SIGKILL after a short grace instead of
+    # sleeping out their 60 s (30 s: margin for a loaded machine).
+    assert run.wall < 30
 
 
 def test_background_children_after_success_are_ended(tmp_path: Path) -> None:
@@ -49,7 +51,9 @@ def test_shutdown_timeout_bounds_a_rank_that_ignores_sigterm(tmp_path: Path) -> 
     run = launch(tmp_path, "--nproc-per-node=2", "--shutdown-timeout=1", str(script))
     assert run.returncode == 4
     assert "rank 0: stopped by safelaunch (SIGKILL)" in run.stderr
-    assert run.wall < 5
+    # The bound is the feature: 1 s of grace, then SIGKILL, not rank 0's 60 s sleep nor the
+    # 30 s default (20 s: margin for a loaded machine).
+    assert run.wall < 20
 
 
 def _start_and_wait_ready(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
@@ -82,7 +86,9 @@ def test_launcher_signal_is_forwarded_and_nothing_survives(
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == code, err
-    assert time.monotonic() - sent < 5
+    # The bound is the feature: --shutdown-timeout=5 bounds the teardown, the ranks would
+    # hold for 120 s (20 s: margin for a loaded machine).
+    assert time.monotonic() - sent < 20
     text = err.decode()
     assert f"received {sig.name}: forwarding it to every rank" in text
     assert f"interrupted by {sig.name}" in text

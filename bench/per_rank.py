@@ -1,0 +1,117 @@
+"""What each extra rank costs a safelaunch launch, against the floor of starting interpreters.
+
+    .venv/bin/python bench/per_rank.py [--repeat 7]
+
+For N = 1, 2, 4, 8 empty ranks: the wall time of `safelaunch --nproc_per_node=N noop.py`
+and of the floor, N `python noop.py` started in parallel from a shell. The per-rank cost
+is the slope of a least-squares line through the four points. Target: safelaunch's slope
+<= 2x the floor's. Also the launcher-side costs a launch pays once: importing the launcher
+and the preflight without GPUs (target < 0.5 s; it was a test assert before, and a timing
+target belongs here).
+
+Every figure is the minimum of --repeat runs: the minimum is the run least disturbed by
+whatever else the machine is doing, and shared machines are rarely idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PYTHON = sys.executable
+COUNTS = (1, 2, 4, 8)
+
+
+def best_of(argv: list[str], cwd: Path, repeat: int) -> float:
+    """Minimum wall seconds of `repeat` runs of argv (each must exit 0)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def slope(points: dict[int, float]) -> float:
+    """Seconds per extra rank: least-squares slope of wall time over N."""
+    mean_n = sum(points) / len(points)
+    mean_t = sum(points.values()) / len(points)
+    num = sum((n - mean_n) * (t - mean_t) for n, t in points.items())
+    return num / sum((n - mean_n) ** 2 for n in points)
+
+
+def launcher_costs(work: Path, repeat: int) -> tuple[float, float]:
+    """(importing the launch path, preflight of 4 ranks without GPUs), each the minimum."""
+    code = (
+        "import time; t = time.perf_counter(); import safelaunch.cli, safelaunch.launch; "
+        "print(time.perf_counter() - t)"
+    )
+    imports = min(
+        float(subprocess.run([PYTHON, "-c", code], capture_output=True, check=True).stdout)
+        for _ in range(repeat)
+    )
+    from types import MappingProxyType
+
+    from safelaunch.config import LaunchConfig
+    from safelaunch.preflight import run_preflight
+
+    config = LaunchConfig(
+        training_script=str(work / "noop.py"),
+        nproc_per_node=4,
+        environ=MappingProxyType({"PATH": "/bin"}),
+    )
+    preflight = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        report = run_preflight(config)
+        preflight = min(preflight, time.perf_counter() - start)
+        report.master_port.release()
+    return imports, preflight
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    import safelaunch
+
+    # Like a pip install: byte-compiled (an editable install under PYTHONDONTWRITEBYTECODE
+    # would compile the launcher on every start).
+    compileall.compile_dir(Path(safelaunch.__file__).parent, quiet=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "noop.py").write_text("")
+        floor, ours = {}, {}
+        for n in COUNTS:
+            shell = f"for i in $(seq {n}); do {PYTHON} noop.py & done; wait"
+            floor[n] = best_of(["sh", "-c", shell], work, args.repeat)
+            launch = [PYTHON, "-m", "safelaunch", "--log-dir", str(work / "logs")]
+            ours[n] = best_of([*launch, f"--nproc_per_node={n}", "noop.py"], work, args.repeat)
+        imports, preflight = launcher_costs(work, args.repeat)
+    load = os.getloadavg()
+    print(f"empty ranks, minimum of {args.repeat} runs each ({os.cpu_count()} cores; load")
+    print(f"average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}: on a busy machine every figure")
+    print("is higher and noisier; the minimum is the least disturbed run)")
+    print(f"  {'N':>3} {'floor (N x python noop.py)':>28} {'safelaunch':>12}")
+    for n in COUNTS:
+        print(f"  {n:>3} {floor[n]:>26.3f} s {ours[n]:>10.3f} s")
+    ratio = slope(ours) / slope(floor)
+    verdict = "ok" if ratio <= 2.0 else "MISSED"
+    print(
+        f"  per extra rank: safelaunch {slope(ours) * 1000:.1f} ms, floor "
+        f"{slope(floor) * 1000:.1f} ms, ratio {ratio:.2f} (target <= 2.00: {verdict})"
+    )
+    print(f"  fixed cost at N=1: safelaunch {ours[1]:.3f} s, floor {floor[1]:.3f} s")
+    verdict = "ok" if preflight < 0.5 else "MISSED"
+    print(f"launcher import (cli + launch): {imports * 1000:.1f} ms")
+    print(f"preflight of 4 ranks, no GPUs: {preflight * 1000:.1f} ms (target < 500: {verdict})")
+
+
+if __name__ == "__main__":
+    main()
