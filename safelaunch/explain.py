@@ -18,16 +18,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from safelaunch.diagnose import collectives, from_log, read_tail
+from safelaunch.diagnose import collectives, from_log
 from safelaunch.diagnose.frames import LINE_PREFIX
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
+from safelaunch.diagnose.reading import inside, read_combined, read_stream, read_tail, walk
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.errors import SafelaunchError
 
 # safelaunch's own line on each node of a multi-node job: which host is node N
 _NODE_HOST = re.compile(r"^safelaunch: node (\d+) of \d+ \(([^)]*)\)")
+REPORT_LIMIT = 4 << 20  # report.json: a few KiB per rank
+# Bounded: `.*?` from every "Root Cause" to the end of a huge launcher log is quadratic.
 _TORCHRUN_ROOT = re.compile(
-    r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.S
+    r"Root Cause.{0,4096}?rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.S
 )
 
 
@@ -63,20 +66,32 @@ def _signal_of(code: int | None) -> int | None:
     return -code if code is not None and code < 0 else None
 
 
+def _numbered(directory: Path, prefix: str, suffix: str = "") -> list[Path]:
+    """`prefix<N><suffix>` entries of `directory` that stay inside it, by N."""
+    found = []
+    for path in walk(directory, depth=1):
+        number = path.name.removeprefix(prefix).removesuffix(suffix)
+        named = path.name.startswith(prefix) and path.name.endswith(suffix)
+        if named and number.isascii() and number.isdigit() and inside(directory, path):
+            found.append((int(number), path))
+    return [path for _, path in sorted(found)]
+
+
 def _safelaunch(directory: Path) -> LogSet | None:
-    if (directory / "latest").is_dir():
-        directory = (directory / "latest").resolve()
-    attempts = sorted(directory.glob("attempt_*"), key=lambda p: int(p.name.split("_")[1]))
+    latest = directory / "latest"
+    if latest.is_dir() and inside(directory, latest):  # never a link out of the tree
+        directory = latest.resolve()
+    attempts = _numbered(directory, "attempt_")
     attempt = attempts[-1] if attempts else directory
-    logs = sorted(attempt.glob("rank*.log"), key=lambda p: int(p.stem[4:]))
+    logs = _numbered(attempt, "rank", ".log")
     if not logs:
         return None
     signals: dict[int, int] = {}
     try:
-        for entry in json.loads((attempt / "report.json").read_text())["ranks"]:
+        for entry in json.loads(read_tail(attempt / "report.json", REPORT_LIMIT))["ranks"]:
             if entry.get("signal"):
-                signals[entry["rank"]] = int(signal.Signals[entry["signal"]])
-    except (OSError, ValueError, KeyError):
+                signals[int(entry["rank"])] = int(signal.Signals[entry["signal"]])
+    except (ValueError, KeyError, TypeError, AttributeError):
         pass
     ranks = tuple(
         RankLog(
@@ -88,15 +103,20 @@ def _safelaunch(directory: Path) -> LogSet | None:
 
 
 def _torchrun(directory: Path) -> LogSet | None:
-    attempts = sorted(
-        {p.parent.parent for p in directory.glob("**/attempt_*/*/stdout.log")},
-        key=lambda p: int(p.name.split("_")[1]),
-    )
+    found = {
+        p.parent.parent
+        for p in walk(directory)
+        if p.name == "stdout.log"
+        and p.parent.parent.name.startswith("attempt_")
+        and p.parent.parent.name[8:].isdigit()
+        and p.parent.parent.name[8:].isascii()
+    }
+    attempts = sorted(found, key=lambda p: int(p.name[8:]))
     if not attempts:
         return None
     ranks = []
-    for rank_dir in sorted(attempts[-1].iterdir(), key=lambda p: p.name):
-        if not rank_dir.name.isdigit():
+    for rank_dir in walk(attempts[-1], depth=1):
+        if not (rank_dir.name.isascii() and rank_dir.name.isdigit()):
             continue
         text = "".join(read_tail(rank_dir / name) for name in ("stdout.log", "stderr.log"))
         ranks.append(RankLog(rank=int(rank_dir.name), path=rank_dir / "stderr.log", text=text))
@@ -146,10 +166,15 @@ def split_combined(text: str) -> LogSet:
 def load(where: str) -> LogSet:
     """Find the logs at a path (or on stdin for `-`)."""
     if where == "-":
-        return split_combined(sys.stdin.read())
+        return split_combined(read_stream(sys.stdin.buffer))
     path = Path(where)
     if path.is_file():
-        return split_combined(path.read_text(errors="replace"))
+        text = read_combined(path)
+        if text is None:
+            raise ExplainError(f"{where}: cannot be read", "give a readable log file")
+        return split_combined(text)
+    if path.exists() and not path.is_dir():
+        raise ExplainError(f"{where}: not a regular file or a directory", "give a log file")
     if path.is_dir():
         found = _safelaunch(path) or _torchrun(path)
         if found:

@@ -18,10 +18,10 @@ from safelaunch.diagnose.collectives import Forensics, for_attempt
 from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
+from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
 from safelaunch.outcome import FAILED, HUNG, Outcome, RankResult
 
-LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
 
@@ -79,17 +79,6 @@ def from_error_file(path: Path) -> ErrorText | None:
         return ErrorText(line=line, location=parsed[1] if parsed else None, source="error file")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-
-
-def read_tail(path: Path) -> str:
-    """The end of a log (where errors are), decoded; empty when unreadable."""
-    try:
-        with path.open("rb") as log:
-            log.seek(0, 2)
-            log.seek(max(0, log.tell() - LOG_TAIL))
-            return log.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def from_log(path: Path, text: str | None = None) -> ErrorText | None:

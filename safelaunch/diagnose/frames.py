@@ -10,8 +10,10 @@ from collections.abc import Sequence
 RANK_MARKER = re.compile(r"^\[(?:node\d+/)?rank\s*\d+\]:\s?")
 # A console line of a combined log (a SLURM .out): safelaunch's `[rank3]:` and
 # `[node1/rank3]:`, torchrun's role prefix `[default0]:` (a local rank).
+# Bounded repeats: `[\w-]*?(\d+)` backtracks cubically on a long `[rank111...` line.
 LINE_PREFIX = re.compile(
-    r"^\[(?:node(?P<node>\d+)/rank\s*|rank\s*|[A-Za-z_][\w-]*?)(?P<rank>\d+)\]:\s?(?P<text>.*)$"
+    r"^\[(?:node(?P<node>\d{1,9})/rank\s{0,4}|rank\s{0,4}|[A-Za-z_][\w-]{0,64}?)"
+    r"(?P<rank>\d{1,9})\]:\s?(?P<text>.*)$"
 )
 # Installed libraries, and safelaunch's own in-rank wrappers (an editable install
 # is outside site-packages): never the user's code.

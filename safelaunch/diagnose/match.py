@@ -1,17 +1,43 @@
-"""Matching the knowledge base against a rank's log and exit signal."""
+"""Matching the knowledge base against a rank's log and exit signal.
+
+Every pattern, built-in or the user's, runs on RE2 (google-re2): matching takes time
+linear in the log, whatever the pattern. Python's `re` backtracks: `x .* y` over a long
+line of `x x x ...` is quadratic (a 1 MB line took minutes), and a user's `(a+)+$` is
+exponential. RE2 has no backreferences or lookaround; user patterns are checked against
+it when their file is read (user_signatures.py).
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
+
+import re2  # type: ignore[import-untyped]
 
 from safelaunch.diagnose.frames import RANK_MARKER
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 
+EVIDENCE_CHARS = 400  # the matched line as shown: a 1 MB progress-bar line is cut around the hit
+
+
+def _options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a bad user pattern is reported once, as a ConfigError
+    return options
+
+
+OPTIONS = _options()
+
+
+def compile_pattern(pattern: str) -> Any:
+    """An RE2 pattern; re2.error for what RE2 cannot run."""
+    return re2.compile(pattern, OPTIONS)
+
+
 # A loss printed as nan/inf, even when nothing raised ("loss nan", "loss=inf", "'loss': nan").
-_NON_FINITE_LOSS = re.compile(r"loss\W{0,4}(-?nan|-?inf)\b", re.IGNORECASE)
+_NON_FINITE_LOSS = compile_pattern(r"(?i)loss\W{0,4}(-?nan|-?inf)\b")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,14 +49,18 @@ class Match:
 
 
 @cache
-def _compiled(signature: Signature) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(pattern) for pattern in signature.patterns)
+def _compiled(signature: Signature) -> tuple[Any, ...]:
+    return tuple(compile_pattern(pattern) for pattern in signature.patterns)
 
 
 def _line_at(text: str, position: int) -> str:
     start = text.rfind("\n", 0, position) + 1
     end = text.find("\n", position)
-    return RANK_MARKER.sub("", text[start : end if end >= 0 else len(text)]).strip()
+    end = end if end >= 0 else len(text)
+    if end - start > EVIDENCE_CHARS:  # the hit and what follows it, not the whole line
+        start = max(start, position - EVIDENCE_CHARS // 4)
+        end = min(end, start + EVIDENCE_CHARS)
+    return RANK_MARKER.sub("", text[start:end]).strip()
 
 
 def matches(text: str, signum: int | None, table: Sequence[Signature] = SIGNATURES) -> list[Match]:

@@ -5,9 +5,11 @@ They come first in the table, so they win over the built-in ones (signatures.py)
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+import re2  # type: ignore[import-untyped]
+
+from safelaunch.diagnose.match import compile_pattern
 from safelaunch.diagnose.signatures import CLASSES, SIGNATURES, UNKNOWN, Signature
 from safelaunch.errors import ConfigError
 from safelaunch.userfiles import BadFile, load_toml
@@ -51,9 +53,17 @@ def _check_pattern(pattern: str) -> None:
     if len(pattern) > MAX_USER_PATTERN:
         raise TypeError(f"a pattern is {len(pattern)} characters long (at most {MAX_USER_PATTERN})")
     try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise TypeError(f"pattern {pattern[:60]!r} is not a regular expression ({exc})") from None
+        compile_pattern(pattern)
+    except re2.error as exc:
+        why = (
+            exc.args[0].decode(errors="replace")
+            if exc.args and isinstance(exc.args[0], bytes)
+            else exc
+        )
+        raise TypeError(
+            f"pattern {pattern[:60]!r} is not an RE2 regular expression ({why}); "
+            "lookaround and backreferences are not supported"
+        ) from None
 
 
 def from_records(records: list[Any], source: str) -> tuple[Signature, ...]:

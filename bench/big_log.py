@@ -1,0 +1,117 @@
+"""Diagnosis of huge and hostile logs: time and peak memory stay bounded (issue 13).
+
+    .venv/bin/python bench/big_log.py [--size-mb 1024] [--line-mb 1]
+
+1. `safelaunch explain` on a combined log of SIZE MB of NCCL INFO lines from 4 ranks
+   (`[rankN]: host:pid:tid [N] NCCL INFO ...`), rank 2's traceback at the end.
+2. The same on a log whose rank line is one LINE MB line built to make backtracking
+   patterns quadratic ("network addresses of " repeated, "[rank1111..."), then a failure.
+3. The launcher's own diagnosis (diagnose.read_tail + every signature) of one rank's
+   SIZE MB log, in-process.
+
+Each line prints wall seconds and the peak RSS of the process that did the work.
+Before issue 13, 200 MB took up to 73 s and 931 MB; a 1 MB line took ~240 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NCCL = (
+    "[rank{r}]: gpu-node-017:12345:12399 [{r}] NCCL INFO Channel 03/0 : {r}[{r}] -> "
+    "{n}[{n}] via P2P/CUMEM/read comm 0x5581e2a0 nRanks 4 busId 1b000\n"
+)
+TRACEBACK = (
+    "[rank2]: Traceback (most recent call last):\n"
+    '[rank2]:   File "/job/train.py", line 41, in <module>\n'
+    "[rank2]:     main()\n"
+    "[rank2]: RuntimeError: ProcessGroupGloo::allgather: invalid tensor size\n"
+)
+
+
+def write_nccl_log(path: Path, size_mb: int) -> None:
+    block = "".join(NCCL.format(r=r, n=(r + 1) % 4) for r in range(4)) * 2000
+    data = block.encode()
+    with path.open("wb") as out:
+        written = 0
+        while written < size_mb << 20:
+            out.write(data)
+            written += len(data)
+        out.write(TRACEBACK.encode())
+
+
+def write_long_line_log(path: Path, line_mb: int) -> None:
+    words = ("network addresses of ", "DataLoader worker (pid(s) ", "1")
+    with path.open("wb") as out:
+        for rank, word in enumerate(words):
+            out.write(f"[rank{rank}]: ".encode() + (word * ((line_mb << 20) // len(word))).encode())
+            out.write(b"\n")
+        out.write(b"[rank" + b"1" * (line_mb << 20) + b"\n")
+        out.write(TRACEBACK.encode())
+
+
+def explain(path: Path) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MiB) of the explain process, its root-cause line."""
+    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(
+        [sys.executable, "-m", "safelaunch", "explain", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    wall = time.monotonic() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    root = next((ln for ln in proc.stdout.splitlines() if "error:" in ln), proc.stderr[-200:])
+    return wall, max(peak, before) / 1024, root.strip()
+
+
+def launcher_diagnosis(path: Path) -> tuple[float, float]:
+    """What the launcher does with one rank's log: tail read, every signature, traceback."""
+    code = (
+        "import sys, time, resource\n"
+        "from pathlib import Path\n"
+        "from safelaunch.diagnose import from_log, read_tail\n"
+        "from safelaunch.diagnose.match import matches, non_finite_loss\n"
+        "t = time.monotonic(); text = read_tail(Path(sys.argv[1]))\n"
+        "matches(text, None); non_finite_loss(text); from_log(Path(sys.argv[1]), text)\n"
+        "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return float(out[0]), float(out[1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--line-mb", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        big, long_lines = Path(scratch) / "big.out", Path(scratch) / "long.out"
+        write_nccl_log(big, args.size_mb)
+        write_long_line_log(long_lines, args.line_mb)
+        size = big.stat().st_size / (1 << 20)
+        wall, rss, root = explain(big)
+        print(
+            f"explain, {size:.0f} MB NCCL INFO log: {wall:.2f} s, peak RSS {rss:.0f} MiB ({root})"
+        )
+        wall, rss, root = explain(long_lines)
+        print(f"explain, {args.line_mb} MB lines x4: {wall:.2f} s, peak RSS {rss:.0f} MiB ({root})")
+        seconds, rss = launcher_diagnosis(big)
+        print(
+            f"launcher diagnosis of a {size:.0f} MB rank log: {seconds:.2f} s, peak {rss:.0f} MiB"
+        )
+        seconds, rss = launcher_diagnosis(long_lines)
+        print(f"launcher diagnosis, {args.line_mb} MB lines: {seconds:.2f} s, peak {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

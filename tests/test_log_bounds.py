@@ -1,0 +1,86 @@
+"""Logs never stall diagnosis: linear-time matching, bounded reads, no FIFO, no link out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import safelaunch_cmd
+
+from safelaunch.diagnose.match import matches
+from safelaunch.diagnose.reading import read_tail, walk
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.diagnose.user_signatures import from_records
+from safelaunch.errors import ConfigError
+
+# The bound is the feature here: Python's re took minutes on these (quadratic or
+# exponential backtracking); RE2 takes milliseconds. 10 s is a margin for a loaded CI.
+BOUND_S = 10.0
+
+
+def test_a_one_megabyte_line_is_matched_in_linear_time() -> None:
+    table = (
+        from_records(
+            [{"id": "evil", "meaning": "m", "patterns": ["(a+)+$", "x.*y.*z"], "next_steps": []}],
+            "test",
+        )
+        + SIGNATURES
+    )
+    lines = [
+        "network addresses of " * 50000,
+        "DataLoader worker (pid(s) " * 40000,
+        "a" * 100000 + "b",
+        "x " * 500000,
+    ]
+    started = time.monotonic()
+    found = matches("\n".join(lines), None, table)
+    assert time.monotonic() - started < BOUND_S
+    assert [m.signature.id for m in found] == []  # none of them is a failure
+
+
+def test_evidence_is_cut_around_the_hit() -> None:
+    text = "x" * 1_000_000 + "Connection reset by peer" + "y" * 1_000_000
+    (found,) = matches(text, None, SIGNATURES)
+    assert "Connection reset by peer" in found.line and len(found.line) <= 400
+
+
+def test_a_user_pattern_re2_cannot_run_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="not an RE2 regular expression"):
+        from_records([{"id": "x", "meaning": "m", "patterns": ["(?=a)b"]}], "f.toml")
+
+
+def test_a_fifo_and_a_device_are_not_read(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "rank0.log")
+    assert read_tail(tmp_path / "rank0.log") == ""  # returns at once: no writer needed
+    assert read_tail(Path("/dev/zero")) == ""
+
+
+def test_explain_stays_in_its_tree(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.log"
+    secret.write_text("Traceback (most recent call last):\nRuntimeError: the secret\n")
+    run = tmp_path / "logs"
+    (run / "attempt_0").mkdir(parents=True)
+    (run / "attempt_0" / "rank0.log").symlink_to(secret)  # a link out of the tree
+    os.mkfifo(run / "attempt_0" / "rank1.log")  # a FIFO would block a reader forever
+    (run / "attempt_0" / "rank2.log").write_text(
+        "Traceback (most recent call last):\nRuntimeError: the real one\n"
+    )
+    (run / "latest").symlink_to(tmp_path)  # `latest` pointing out of the tree
+    proc = subprocess.run(
+        safelaunch_cmd("explain", str(run)), capture_output=True, text=True, timeout=60
+    )
+    assert "the secret" not in proc.stdout + proc.stderr
+    assert "root cause: rank 2" in proc.stdout and "the real one" in proc.stdout
+    assert "2 rank log(s)" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_the_walk_is_bounded(tmp_path: Path) -> None:
+    deep = tmp_path
+    for _ in range(20):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    (tmp_path / "loop").symlink_to(tmp_path)  # never followed
+    assert max(len(p.relative_to(tmp_path).parts) for p in walk(tmp_path)) == 8
