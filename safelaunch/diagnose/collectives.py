@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from safelaunch.diagnose.hang import HangAnalysis
+from safelaunch.diagnose.reading import inside, walk
 from safelaunch.outcome import Outcome
 
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
@@ -133,12 +134,12 @@ def records_under(directory: Path) -> list[Path]:
     The newest attempt's when several attempts left some.
     """
     found: dict[Path, list[Path]] = {}
-    for seen, path in enumerate(directory.rglob("*")):
+    for seen, path in enumerate(walk(directory)):  # bounded, links not followed
         if seen >= SEARCH_LIMIT:
             break
         ours = path.parent.name == FLIGHT_DIR and path.suffix == ".json"
         torchs = not path.suffix and _TORCH_DUMP.search(path.name) is not None
-        if (ours or torchs) and path.is_file():
+        if (ours or torchs) and path.is_file() and inside(directory, path):
             attempt = path.parent.parent if ours else path.parent
             found.setdefault(attempt, []).append(path)
     if not found:
