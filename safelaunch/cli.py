@@ -266,6 +266,7 @@ def _with_options(function: Callable[..., Any]) -> Callable[..., Any]:
         "max_content_width": 100,
     },
     epilog="Check this machine: safelaunch doctor [--json]. "
+    "See what a running job's ranks are doing: safelaunch status [--watch]. "
     "Explain an earlier run's logs: safelaunch explain PATH|-. Check a script for DDP "
     "mistakes: safelaunch lint SCRIPT [--json]. Exit codes: "
     "docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",

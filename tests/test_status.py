@@ -18,6 +18,8 @@ def test_json_snapshot_of_a_live_job_names_the_straggler(hung_job: LiveJob) -> N
     look = hung_job.looks[0]
     assert look["schema"] == "safelaunch.status/1" and look["state"] == "running"
     assert look["name"] == "attempt_0" and look["attempt"] == 0 and look["world_size"] == 2
+    assert look["run_dir"] == str(hung_job.run_dir)
+    assert look["attempt_dir"] == str(hung_job.run_dir / "attempt_0")
     ranks = {r["rank"]: r for r in look["ranks"]}
     assert set(ranks) == {0, 1}
     stall = line_of(JOB, "time.sleep(3600)")

@@ -82,6 +82,11 @@ def table(status: JobStatus, run_dir: Path, colour: bool = False) -> str:
     return "\n".join(lines)
 
 
-def as_json(status: JobStatus, run_dir: Path) -> str:
+def as_json(status: JobStatus, attempt_dir: Path) -> str:
     """The same content for scripts (schema safelaunch.status/1)."""
-    return json.dumps({"schema": STATUS_SCHEMA, "run_dir": str(run_dir), **asdict(status)})
+    record = {
+        "schema": STATUS_SCHEMA,
+        "attempt_dir": str(attempt_dir),
+        "run_dir": str(attempt_dir.parent),
+    }
+    return json.dumps({**record, **asdict(status)})

@@ -1,0 +1,80 @@
+"""What `safelaunch status` and the timeline cost, measured on a real job.
+
+    .venv/bin/python bench/status_cost.py [--ranks 8] [--repeat 5]
+
+A job of N ranks (no torch: each sleeps in short steps and reports them) runs with
+--hang-timeout 5, so the launcher writes its live state at its fastest (every 0.5 s).
+While it runs: the wall time of `safelaunch status` and `status --json`, and the size of
+the live snapshot. After it: the time to draw report.html + timeline.json from the run's
+records again (what every launch pays once at its end), and their sizes. Printed, not
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+WORKER = HERE.parent / "tests" / "workers" / "stepped_sleep.py"
+SAFELAUNCH = [sys.executable, "-m", "safelaunch"]
+
+
+def _timed(command: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env = {**os.environ, "STEPS": "1", "ROUNDS": "40", "SAFELAUNCH_ISOLATE": "never"}
+        job = subprocess.Popen(
+            [*SAFELAUNCH, "--log-dir", "logs", f"--nproc-per-node={args.ranks}",
+             "--hang-timeout=5", str(WORKER)],
+            cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        live = work / "logs" / "latest" / "attempt_0" / "live" / "node0.json"
+        while not live.exists():
+            time.sleep(0.1)
+        time.sleep(2)
+        status = [*SAFELAUNCH, "status", "--log-dir", "logs"]
+        look = [_timed(status, work) for _ in range(args.repeat)]
+        js = [_timed([*status, "--json"], work) for _ in range(args.repeat)]
+        snapshot = live.stat().st_size
+        job.wait()
+        run = (work / "logs" / "latest").resolve()
+        report = json.loads((run / "attempt_0" / "report.json").read_text())
+        from safelaunch.report import write_file
+        from safelaunch.view import write_views
+
+        draws = []
+        for _ in range(20):
+            t = time.perf_counter()
+            write_views(run, write_file)
+            draws.append(time.perf_counter() - t)
+        sizes = [(run / name).stat().st_size for name in ("report.html", "timeline.json")]
+    print(f"{args.ranks} ranks, {report['duration_s']:.1f} s job, live state every 0.5 s")
+    print(f"safelaunch status: median {statistics.median(look):.3f} s (min {min(look):.3f})")
+    print(f"safelaunch status --json: median {statistics.median(js):.3f} s (min {min(js):.3f})")
+    print(f"live snapshot: {snapshot} bytes")
+    print(
+        f"report.html + timeline.json drawn again: median {statistics.median(draws) * 1000:.1f} ms"
+    )
+    print(f"report.html {sizes[0]} bytes, timeline.json {sizes[1]} bytes")
+
+
+if __name__ == "__main__":
+    main()
