@@ -110,6 +110,14 @@ def test_damaged_snapshot_fields_do_not_break_status() -> None:
     assert status.ranks[0].step == 7 and status.ranks[0].collectives is None  # optimizer steps
 
 
+def test_status_never_imports_torch() -> None:
+    code = (
+        "import sys, safelaunch.cli, safelaunch.status, safelaunch.status.measure,"
+        "safelaunch.status.stacks; assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_a_plain_launch_never_imports_psutil() -> None:
     code = (
         "import sys, safelaunch.cli, safelaunch.launch, safelaunch.view;"
