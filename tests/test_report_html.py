@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import LiveJob, launch, worker
 
+pytestmark = pytest.mark.timeout(400)  # the shared hung job: a minute on a loaded machine
 FLAGS = (
     "--headless",
     "--no-sandbox",

@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from types import FrameType
+from types import FrameType, ModuleType
 
 FRAMES_KEPT = 12  # innermost frames stored in the record
 FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
@@ -177,32 +177,32 @@ def collective_sequence() -> int | None:
     return None
 
 
-_optimizer_steps = 0
-_counting = False
+_optimizer_steps: int | None = None  # None until torch.optim is loaded
 
 
 def _count_step(*_: object) -> None:
     global _optimizer_steps
-    _optimizer_steps += 1
+    _optimizer_steps = (_optimizer_steps or 0) + 1
+
+
+def count_optimizer_steps(module: ModuleType) -> None:
+    """Count torch.optim steps (any optimizer) with torch's own global post-step hook.
+
+    Called as torch.optim.optimizer loads (rank/swap.py's import hook), in the importing
+    thread: registering from the heartbeat thread could change the hook table while an
+    optimizer iterates it ("mutated during iteration" in the user's step). The count is
+    the step `safelaunch status` shows when the script reports none.
+    """
+    global _optimizer_steps
+    try:
+        module.register_optimizer_step_post_hook(_count_step)
+    except Exception:  # not torch's hook after all: no inferred step
+        return
+    _optimizer_steps = 0
 
 
 def optimizer_steps() -> int | None:
-    """torch.optim steps taken so far (any optimizer); None while torch.optim is not loaded.
-
-    Counted by torch's own global post-step hook, registered once torch.optim is in use
-    (looked up, never imported), so `safelaunch status` can show a step the script
-    never reported.
-    """
-    global _counting
-    if not _counting:
-        optimizer = sys.modules.get("torch.optim.optimizer")
-        if optimizer is None:
-            return None
-        try:
-            optimizer.register_optimizer_step_post_hook(_count_step)
-        except Exception:  # not torch's hook after all: no inferred step, the record stays
-            return None
-        _counting = True
+    """torch.optim steps taken so far; None when they are not counted."""
     return _optimizer_steps
 
 

@@ -22,7 +22,7 @@ import os
 import sys
 
 from safelaunch.rank import flight, names
-from safelaunch.rank.beat import write_atomically
+from safelaunch.rank.beat import count_optimizer_steps, write_atomically
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 TARGET = "torch.distributed.distributed_c10d"
 DDP_MODULE = "torch.nn.parallel.distributed"
+OPTIMIZER_MODULE = "torch.optim.optimizer"
 LEDGER_LIMIT = 1_000_000  # lines per rank; a time-boxed rerun stays far below
 # The argument that describes each collective (its input), by position.
 COLLECTIVES: dict[str, int | None] = {
@@ -296,7 +297,11 @@ def install() -> None:
     if not (os.environ.get(names.COMM_FILE) or os.environ.get(names.FORCE_GLOO)):
         return
     patches: dict[str, Callable[[ModuleType], None]] = {}
-    for name, patcher in ((TARGET, patch), (DDP_MODULE, patch_ddp)):
+    for name, patcher in (
+        (TARGET, patch),
+        (DDP_MODULE, patch_ddp),
+        (OPTIMIZER_MODULE, count_optimizer_steps),  # the step `safelaunch status` infers
+    ):
         if name in sys.modules:  # imported by a sitecustomize before us: patch in place
             patcher(sys.modules[name])
         else:
