@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_no_orphans, launch, start, worker
 
+from safelaunch.supervisor.procs import is_alive
 from safelaunch.supervisor.signals import REPEAT_WINDOW
 
 pytestmark = pytest.mark.slow
@@ -128,4 +129,32 @@ def test_ranks_die_with_the_launcher_even_without_its_watcher(tmp_path: Path) ->
     os.kill(watchers[0], signal.SIGKILL)
     proc.kill()
     proc.wait(timeout=5)
+    assert_no_orphans(mark, within=2.0)
+
+
+def test_descendants_that_clear_their_environment_die_with_a_killed_launcher(
+    tmp_path: Path,
+) -> None:
+    escapees = tmp_path / "escapees"
+    escapees.mkdir()
+    proc, mark = _start_and_wait_ready(
+        tmp_path, "--nproc-per-node=2", worker("env_cleared.py"), env={"ESCAPEES": str(escapees)}
+    )
+    deadline = time.monotonic() + 30
+    while (
+        len((escapees / "pids").read_text().split()) < 8 if (escapees / "pids").exists() else True
+    ):
+        assert time.monotonic() < deadline, "the descendants never started"
+        time.sleep(0.05)
+    time.sleep(1.5)  # three of the keeper's records (every 0.5 s) have seen them
+    pids = [int(p) for p in (escapees / "pids").read_text().split()]
+    proc.kill()
+    proc.wait(timeout=5)
+    deadline = time.monotonic() + 10
+    while [p for p in pids if is_alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivors = [p for p in pids if is_alive(p)]
+    for pid in survivors:  # leave nothing behind, even when failing
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == [], f"{len(survivors)} of {len(pids)} survived"
     assert_no_orphans(mark, within=2.0)

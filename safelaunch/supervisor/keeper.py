@@ -3,20 +3,38 @@
 Ranks die with the launcher (parent-death signal), but their children are
 re-parented to init and would live on. The keeper holds the read end of a pipe
 whose only write end is the launcher's; EOF without the "done" byte means the
-launcher died, and the keeper then ends every process carrying the run's token.
+launcher died, and the keeper then ends every process of the run.
+
+"Of the run" by what a process cannot shed: the run's token in its environment is
+lost to `env -i`, a session to setsid, but while the launcher lives every descendant
+is in its tree (it is a subreaper: orphans come back to it). So the keeper records
+that tree every RECORD_INTERVAL seconds (pid, session, start time), and the sweep
+takes the token's processes, the recorded ones still alive (same start time: not a
+reused pid), everything in a session a recorded process led, and their descendants.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
+from collections.abc import Callable
 
-from safelaunch.supervisor.procs import job_processes, signal_pids
+from safelaunch.supervisor.procs import (
+    Seen,
+    descendants,
+    job_processes,
+    left_behind,
+    signal_pids,
+    still,
+)
 
 _DONE = b"x"
 _GRACE = 1.0  # seconds between SIGTERM and SIGKILL once the launcher is gone
+RECORD_INTERVAL = 0.5  # a /proc pass (a few ms); a process started and detached (env -i
+# and setsid) in the last interval before a SIGKILL can still escape
 
 
 class Keeper:
@@ -53,7 +71,10 @@ class Keeper:
 
 
 def _watch(read_fd: int, token: str) -> None:
+    launcher = os.getppid()
+    outside = {os.getsid(0)}  # the user's session (the launcher's): never swept by session
     os.setsid()  # out of the terminal's process group: Ctrl-C is the launcher's to handle
+    outside.add(os.getsid(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -61,26 +82,36 @@ def _watch(read_fd: int, token: str) -> None:
         os.dup2(devnull, fd)  # never hold the user's pipes (`| tee`) open
     os.closerange(3, read_fd)
     os.closerange(read_fd + 1, 65536)
+    recorded: dict[int, Seen] = {}
+    while not select.select([read_fd], [], [], RECORD_INTERVAL)[0]:
+        recorded = _record(recorded, launcher)
     try:
         message = os.read(read_fd, 1)
     except OSError:
         message = b""
     if message == _DONE:
         return
-    _sweep(token)
+    sessions = {seen.session for seen in recorded.values()} - outside
+    _sweep(lambda: job_processes(token, below=None) | left_behind(recorded, sessions))
 
 
-def _with_token(token: str) -> set[int]:
-    return job_processes(token, below=None)
+def _record(recorded: dict[int, Seen], launcher: int) -> dict[int, Seen]:
+    """The launcher's tree now, plus what was recorded before and still runs (it may have
+    left the tree only as the launcher died)."""
+    now = descendants(launcher)
+    for pid, seen in recorded.items():
+        if pid not in now and still(pid, seen):
+            now[pid] = seen
+    return now
 
 
-def _sweep(token: str) -> None:
+def _sweep(found: Callable[[], set[int]]) -> None:
     deadline = time.monotonic() + _GRACE
-    signal_pids(_with_token(token), signal.SIGTERM)
-    while time.monotonic() < deadline and _with_token(token):
+    signal_pids(found(), signal.SIGTERM)
+    while time.monotonic() < deadline and found():
         time.sleep(0.05)
     for _ in range(10):  # repeat: a dying process may still start another
-        left = _with_token(token)
+        left = found()
         if not left:
             return
         signal_pids(left, signal.SIGKILL)

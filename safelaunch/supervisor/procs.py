@@ -10,6 +10,7 @@ import ctypes
 import os
 import signal
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.plan import TOKEN_VAR
@@ -47,6 +48,77 @@ def _stat(pid: int) -> tuple[bytes, int] | None:
         return None
     fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)  # comm may contain anything
     return fields[0], int(fields[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What identifies a process for good: its session and its start time (pids are reused)."""
+
+    session: int
+    started: int
+
+
+def _identity(pid: int) -> tuple[int, Seen] | None:
+    """(parent pid, Seen) of a live process; None when gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split(b" ")
+    if fields[0] == b"Z":
+        return None
+    return int(fields[1]), Seen(session=int(fields[3]), started=int(fields[19]))
+
+
+def still(pid: int, seen: Seen) -> bool:
+    """True while the process recorded as `seen` runs (not a new one with its pid)."""
+    found = _identity(pid)
+    return found is not None and found[1] == seen
+
+
+def descendants(root: int) -> dict[int, Seen]:
+    """Every live descendant of `root` now, by parent chain: whatever its environment or
+    session (a process that ran `env -i` or setsid is still below us while we live)."""
+    children: dict[int, list[int]] = {}
+    seen: dict[int, Seen] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            found = _identity(int(entry.name))
+            if found is not None:
+                children.setdefault(found[0], []).append(int(entry.name))
+                seen[int(entry.name)] = found[1]
+    tree: dict[int, Seen] = {}
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            tree[pid] = seen[pid]
+        stack.extend(children.get(pid, []))
+    return tree
+
+
+def left_behind(recorded: dict[int, Seen], sessions: set[int]) -> set[int]:
+    """Live processes recorded while the launcher lived (same start time: not a reused pid),
+    anything in a session one of them led, and their descendants now."""
+    children: dict[int, list[int]] = {}
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        now = _identity(pid)
+        if now is None or pid == os.getpid():
+            continue
+        children.setdefault(now[0], []).append(pid)
+        if recorded.get(pid) == now[1] or now[1].session in sessions:
+            found.add(pid)
+    stack = list(found)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
 
 
 def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ()) -> set[int]:
