@@ -193,7 +193,7 @@ def _join(config: LaunchConfig, preflight: PreflightReport, console: Console) ->
     count = str(low) if low == high else f"{low}-{high}"
     console.say(f"rendezvous ({where}): waiting for {count} node(s)")
     host = config.local_addr or node_name(config.environ) or socket.getfqdn()
-    membership = join(config, preflight.nproc, preflight.node_facts, host)
+    membership = join(config, preflight.nproc, preflight.node_facts, host, console.say)
     place = membership.placement
     last = place.base_rank + preflight.nproc - 1
     console.say(
@@ -283,15 +283,56 @@ def _conclude_nodes(
         concluded.outcome, concluded.diagnosis, concluded.code, place.node, place.hosts[place.node]
     )
     timeout = session.config.shutdown_timeout + membership.lost_after + END_SLACK
-    summaries = membership.end_attempt(attempt, mine, timeout)
-    job = conclude_job(
-        summaries, place.hosts, membership.first_stop(attempt), membership.lost_after
-    )
+    waiting = _WaitForNodes(session, membership)
+    summaries = membership.end_attempt(attempt, mine, timeout, waiting)
+    if waiting.interrupted is not None:
+        job = _stopped_waiting(session, membership, waiting.interrupted, summaries)
+    else:
+        job = conclude_job(
+            summaries, place.hosts, membership.first_stop(attempt), membership.lost_after
+        )
     if job.lines:  # its "exit code" line is the caller's: the last line printed
         session.console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
     concluded.report["job"] = job_record(place, job)
     write_report(concluded.outcome.attempt_dir / "report.json", concluded.report)
     return job
+
+
+class _WaitForNodes:
+    """While other nodes' ranks still run: say whom this node waits for; stop on a signal."""
+
+    def __init__(self, session: Session, membership: Membership) -> None:
+        self._session = session
+        self._membership = membership
+        self._said = False
+        self.interrupted: int | None = None
+
+    def poll(self, missing: list[int], waited: float) -> bool:
+        pending = self._session.receiver.pending
+        if pending:
+            self.interrupted = pending[0]
+            return True
+        if not self._said and waited >= SAY_WAITING_AFTER:
+            self._said = True
+            names = ", ".join(self._membership.describe(n) for n in missing)
+            self._session.console.say(
+                f"this node is done; waiting for the job's verdict from {names}, whose "
+                "launcher is alive (its ranks still run; Ctrl-C stops waiting)"
+            )
+        return False
+
+
+def _stopped_waiting(
+    session: Session, membership: Membership, signum: int, summaries: list[Any]
+) -> JobVerdict:
+    """A signal while this node waited for the others: its own stop, said as such."""
+    from safelaunch.diagnose.nodes import JobVerdict
+
+    missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
+    session.console.say(
+        f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping"
+    )
+    return JobVerdict(status=INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=())
 
 
 def _nodes_not_starting(
@@ -317,6 +358,7 @@ def _nodes_not_starting(
 
 
 START_TIMEOUT = 120.0  # every node reaches an attempt's start within this
+SAY_WAITING_AFTER = 2.0  # a finished node says whom it waits for once the wait is noticeable
 END_SLACK = 30.0  # diagnosis and report time on top of the teardown, before a node counts as lost
 LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read the verdict
 

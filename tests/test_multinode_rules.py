@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from safelaunch.config import build_config
 from safelaunch.diagnose.nodes import conclude_job
 from safelaunch.errors import ConfigError
-from safelaunch.rendezvous import assign, fact_mismatches
+from safelaunch.rendezvous import Placement, assign, fact_mismatches
+from safelaunch.rendezvous.membership import Joined, Membership
+from safelaunch.rendezvous.reach import probe_target
 from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults
 
 
@@ -162,7 +167,7 @@ def test_a_lost_node_ends_the_job_without_a_restart() -> None:
         lost_after=3,
     )
     assert job.code == 69 and job.lost == (1,) and not job.retryable and job.root_node == 1
-    assert job.lines[0].startswith("node 1 (h1) was lost: no report within 3 s")
+    assert job.lines[0].startswith("node 1 (h1) was lost: its launcher gave no sign of life for")
     assert job.lines[1].startswith("node 0 (h0), as a consequence: rank 0 exited with code 3")
     # a real failure elsewhere still leads, and the run still ends with 69
     real = conclude_job(
@@ -190,7 +195,9 @@ def test_sbatch_examples_are_valid_bash_and_name_real_files() -> None:
     for script in scripts:
         subprocess.run(["bash", "-n", str(script)], check=True)
         text = script.read_text()
-        assert "srun safelaunch" in text or "srun --kill-on-bad-exit=1 safelaunch" in text
+        assert "srun safelaunch" in text or "srun --kill-on-bad-exit=1 --wait=0 safelaunch" in text
+        if "--kill-on-bad-exit" in text:  # a node done first (exit 0) never ends a late one
+            assert "--wait=0" in text
         assert (root / "scripts" / "train_toy_ddp.py").is_file()
         assert "#SBATCH --ntasks-per-node=1" in text  # one safelaunch per node
 
@@ -233,3 +240,97 @@ def test_an_srun_step_on_part_of_the_allocation_takes_the_steps_values() -> None
     )
     assert node_name(step) == "gpu-04" and node_name({"SLURMD_NODENAME": "x"}) is None
     assert in_step(step) and not in_step({**step, "SLURM_STEP_ID": ""})  # the batch script
+
+
+class _Store:
+    """An in-memory stand-in for the rendezvous store (the real one: test_multinode.py)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def add(self, key: str, amount: int) -> int:
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+
+class _Patient:
+    def __init__(self) -> None:
+        self.told: list[list[int]] = []
+
+    def poll(self, missing: list[int], waited: float) -> bool:
+        self.told.append(missing)
+        return False
+
+
+def test_a_finished_node_waits_for_a_live_node_past_any_fixed_grace() -> None:
+    """Node 1 finished; node 0's launcher keeps beating and reports after 1.5 s: its verdict
+    counts, although the fixed grace (here 0.3 s) ran out long before."""
+    store = _Store()
+    place = Placement(
+        node=1, nodes=2, base_rank=1, world_size=2, master_addr="a", master_port=1,
+        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
+    )  # fmt: skip
+    joined = Joined(node=1, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
+    membership = Membership(store, joined, place, lost_after=0.3, beat_every=0.05)
+    membership.start_beating()
+    late_node = threading.Event()
+
+    def node0() -> None:  # alive, busy, then done
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            store.add("alive/0", 1)
+            time.sleep(0.05)
+        store.set("attempt/0/end/0", '{"node": 0, "status": "succeeded"}')
+        late_node.set()
+
+    threading.Thread(target=node0, daemon=True).start()
+    waiting = _Patient()
+    summaries = membership.end_attempt(0, {"node": 1, "status": "succeeded"}, 0.3, waiting)
+    assert late_node.is_set() and summaries[0] == {"node": 0, "status": "succeeded"}
+    assert waiting.told and waiting.told[0] == [0]
+    membership._stop_beating.set()
+
+
+def test_a_node_that_stops_beating_is_not_waited_for() -> None:
+    store = _Store()
+    place = Placement(
+        node=1, nodes=2, base_rank=1, world_size=2, master_addr="a", master_port=1,
+        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
+    )  # fmt: skip
+    joined = Joined(node=1, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
+    membership = Membership(store, joined, place, lost_after=0.3, beat_every=0.05)
+    membership.start_beating()
+    started = time.monotonic()
+    summaries = membership.end_attempt(0, {"node": 1}, 60, _Patient())
+    assert summaries[0] is None and time.monotonic() - started < 5
+    membership._stop_beating.set()
+
+
+@pytest.mark.parametrize(
+    ("changes", "target"),
+    [
+        ({"node_rank": 0, "master_port": 29511}, None),  # node 0 serves the store itself
+        ({"node_rank": 1, "master_port": 29511}, ("127.0.0.1", 29511, "join_timeout (600 s)")),
+        ({"rdzv_backend": "c10d", "rdzv_endpoint": "127.0.0.1:29400"}, None),  # this machine
+        ({"rdzv_backend": "c10d", "rdzv_endpoint": "localhost"}, None),
+        (
+            {"rdzv_backend": "c10d", "rdzv_endpoint": "127.0.0.1:29400", "rdzv_conf": "is_host=0"},
+            ("127.0.0.1", 29400, "read_timeout (60 s)"),
+        ),
+    ],
+)
+def test_only_a_node_that_does_not_host_the_store_probes_it(
+    changes: dict[str, object], target: tuple[str, int, str] | None
+) -> None:
+    raw = _raw(nnodes="2", master_addr="127.0.0.1", **changes)
+    assert probe_target(build_config(raw, {})) == target

@@ -88,9 +88,9 @@ def conclude_job(
     lost = tuple(node for node, s in enumerate(summaries) if s is None)
     present = [s for s in summaries if s is not None]
     lines = [
-        f"node {node} ({hosts[node] if node < len(hosts) else '?'}) was lost: no report "
-        f"within {lost_after:g} s (its launcher died, or the network failed); its ranks "
-        "are the likely cause of what the others saw"
+        f"node {node} ({hosts[node] if node < len(hosts) else '?'}) was lost: its launcher "
+        f"gave no sign of life for more than {lost_after:g} s before its report (it died, "
+        "or the network failed); its ranks are the likely cause of what the others saw"
         for node in lost
     ]
     interrupted = [s for s in present if s["status"] == INTERRUPTED]

@@ -43,6 +43,13 @@ class Joined:
     shutdown: Callable[[], Any]
 
 
+class Waiting(Protocol):
+    """Polled while this node waits for other nodes that are alive but not done."""
+
+    def poll(self, missing: list[int], waited: float) -> bool:
+        """True to stop waiting (a signal came); may say whom this node waits for."""
+
+
 class Membership:
     """This node's view of the job's nodes, over safelaunch's keys in torch's store."""
 
@@ -121,20 +128,30 @@ class Membership:
         missing = [n for n, v in enumerate(values) if v is None]
         return stopping, missing
 
-    def gather(self, name: str, mine: str, timeout: float) -> list[str | None]:
+    def gather(
+        self, name: str, mine: str, timeout: float, until: Waiting | None = None
+    ) -> list[str | None]:
         """Every node's value for `name`; None for a node that gave none in time.
 
         A node whose liveness counter stopped is not waited for: its launcher is gone.
+        With `until`, a node whose launcher lives is waited for past `timeout`: its
+        ranks still run (see end_attempt).
         """
         keys = [f"{name}/{node}" for node in range(self.placement.nodes)]
         self._store.set(keys[self.placement.node], mine)
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while True:
             now = time.monotonic()
             missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
-            if not missing or now > deadline:
+            if not missing:
                 break
-            if self._beater is not None and missing <= set(self.lost_nodes(now)):
+            watched = self._beater is not None
+            if watched and missing <= set(self.lost_nodes(now)):
+                break
+            if now > deadline and (until is None or not watched):
+                break
+            if until is not None and until.poll(sorted(missing), now - started):
                 break
             time.sleep(POLL)
         return [
@@ -179,13 +196,20 @@ class Membership:
         """What the supervisor polls during an attempt."""
         return NodeWatch(self, attempt)
 
-    def end_attempt(self, attempt: int, summary: Mapping[str, Any], timeout: float) -> list[Any]:
-        """Every node's end-of-attempt summary; None for a node that is lost or too late.
+    def end_attempt(
+        self, attempt: int, summary: Mapping[str, Any], timeout: float, until: Waiting
+    ) -> list[Any]:
+        """Every node's end-of-attempt summary; None for a node that is lost or stopped waiting.
 
-        A node whose liveness counter stopped is not waited for: its launcher is gone.
+        A node whose ranks finished early (typical: rank 0 alone evaluates or saves at
+        the end) waits for the others as long as their launchers live: those still run
+        ranks, and the verdict is the job's. What bounds the wait is on the other nodes:
+        their --hang-timeout ends ranks that stop progressing, and a launcher that stops
+        beating is lost after keep_alive_interval x keep_alive_max_attempt. `until` may
+        end it early (a signal here). `timeout` only applies when liveness is unknown.
         """
         try:
-            values = self.gather(f"attempt/{attempt}/end", json.dumps(summary), timeout)
+            values = self.gather(f"attempt/{attempt}/end", json.dumps(summary), timeout, until)
         except Exception:  # the store itself is gone: so is the node that hosted it
             values = [None] * self.placement.nodes
             values[self.placement.node] = json.dumps(summary)
@@ -282,11 +306,31 @@ class NodeWatch:
             self._membership.announce_stop(self._attempt, why)
 
 
-def join(config: LaunchConfig, nproc: int, facts: Mapping[str, Any], host: str) -> Membership:
-    """Rendezvous with the other nodes, exchange facts, and place this node's ranks."""
-    from safelaunch.rendezvous import torchstore  # imports torch: multi-node only
+def join(
+    config: LaunchConfig,
+    nproc: int,
+    facts: Mapping[str, Any],
+    host: str,
+    say: Callable[[str], None],
+) -> Membership:
+    """Rendezvous with the other nodes, exchange facts, and place this node's ranks.
 
-    joined, store = torchstore.rendezvous(config)
+    A node that does not host the store also tries to reach it (reach.py) and `say`s
+    within seconds when it cannot.
+    """
+    from safelaunch.rendezvous.reach import ReachProbe, probe_target
+
+    target = probe_target(config)
+    probe = ReachProbe(*target, say) if target is not None else None
+    if probe is not None:
+        probe.start()  # before torch's import: that alone takes seconds on a busy node
+    try:
+        from safelaunch.rendezvous import torchstore  # imports torch: multi-node only
+
+        joined, store = torchstore.rendezvous(config)
+    finally:
+        if probe is not None:
+            probe.stop()
     interval = float(config.rdzv_conf.get("keep_alive_interval", 5))
     attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", 3))
     membership = Membership(

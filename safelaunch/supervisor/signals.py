@@ -72,6 +72,11 @@ class SignalReceiver:
             signal.signal(sig, signal.SIG_IGN)
         self._previous.clear()
 
+    @property
+    def pending(self) -> tuple[int, ...]:
+        """The stopping signals received and not taken yet (they stay pending)."""
+        return tuple(self._pending)
+
     def take(self) -> list[int]:
         """The stopping signals received since the last take(), oldest first."""
         taken, self._pending = self._pending, []

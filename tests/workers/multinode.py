@@ -1,7 +1,8 @@
 """A tiny DDP job for multi-node tests; prints what torchrun's rank assignment gave it.
 
 FAIL_RANK: that rank raises in the first attempt. HANG_RANK: that rank sleeps at step 2.
-FOREVER: keep training (a node is killed meanwhile). $PIDS_DIR/ready-<rank> appears once
+FOREVER: keep training (a node is killed meanwhile). LATE_RANK: that rank works LATE_SECONDS
+longer than the others after the last barrier (a final save). $PIDS_DIR/ready-<rank> appears once
 a rank has trained a step.
 """
 
@@ -36,6 +37,9 @@ if os.environ.get("FAIL_RANK") == env["RANK"] and first_attempt:
         os._exit(1)
 print("trained", " ".join(f"{k}={v}" for k, v in env.items()), f"world={dist.get_world_size()}")
 dist.barrier()
+if os.environ.get("LATE_RANK") == env["RANK"]:  # rank 0 alone saves or evaluates at the end
+    time.sleep(float(os.environ["LATE_SECONDS"]))
+    print(f"saved after {os.environ['LATE_SECONDS']} s more")
 # Not destroy_process_group: Gloo's teardown sometimes aborts a rank after all the work
 # is done (a torch race, diagnosed as shutdown-crash elsewhere); these tests are about
 # the nodes, so every rank leaves without it once all have passed the barrier.
