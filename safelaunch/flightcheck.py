@@ -46,7 +46,7 @@ def load(paths: list[Path]) -> dict[int, Record]:
 def _read(path: Path) -> Record | None:
     if path.suffix == ".json" and path.name.startswith("rank"):
         record: Record = json.loads(path.read_bytes())
-        return record if "entries" in record else None
+        return with_ours(record) if "entries" in record else None
     match = _TORCH_DUMP.match(path.name)
     # torch's dumps are pickles: only the user's own files are unpickled (never another
     # user's file on a shared machine: unpickling runs code)
@@ -58,6 +58,16 @@ def _read(path: Path) -> Record | None:
         return None
     loaded["rank"] = int(match["rank"])
     return loaded
+
+
+def with_ours(record: Record) -> Record:
+    """safelaunch's additions (rank, the group table Gloo leaves empty) in torch's places."""
+    ours = record.get("safelaunch") or {}
+    if "rank" in ours:
+        record["rank"] = ours["rank"]
+    if ours.get("pg_config"):
+        record["pg_config"] = ours["pg_config"]
+    return record
 
 
 def _op(entry: Record) -> str:

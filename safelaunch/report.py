@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from safelaunch.diagnose import Diagnosis, collectives
+from safelaunch.diagnose import Diagnosis, collectives, stragglers
 from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
@@ -173,6 +173,9 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if outcome.strays_ended:
         notes.append(f"ended {outcome.strays_ended} leftover process(es) the ranks had started")
     notes.extend(outcome.log_problems)
+    straggler = stragglers.summary(diagnosis.stragglers)
+    if straggler is not None:
+        notes.append(straggler)
     if outcome.status == SUCCEEDED:
         head = f"all {len(outcome.ranks)} ranks succeeded in {outcome.duration:.1f} s{attempt}"
         return "\n".join([head, *notes, f"logs: {logs}"])
@@ -282,6 +285,7 @@ def report_record(
         "first_failure": outcome.first_failure.rank if outcome.first_failure else None,
         "hang": _hang_record(diagnosis.hang),
         "collectives": collectives.record(diagnosis.collectives),
+        "stragglers": stragglers.record(diagnosis.stragglers),
         "diagnosis": {
             "class": diagnosis.klass,
             "root_cause_rank": cause.rank if cause else None,

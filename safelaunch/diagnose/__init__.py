@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safelaunch.diagnose import stragglers as arrival
 from safelaunch.diagnose.collectives import Forensics, for_attempt
 from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
 from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
+from safelaunch.diagnose.stragglers import Arrivals
 from safelaunch.outcome import FAILED, HUNG, Outcome, RankResult
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
@@ -48,6 +50,7 @@ class Diagnosis:
     non_finite: tuple[tuple[int, str], ...] = ()  # (rank, line): NaN/inf losses in the logs
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
     collectives: Forensics | None = None  # where the ranks' flight records diverge
+    stragglers: Arrivals | None = None  # arrival order at the collectives; the straggler
 
 
 def parse_traceback(text: str) -> tuple[str, str | None] | None:
@@ -108,7 +111,9 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
         (rank, line) for rank, text in texts.items() if (line := non_finite_loss(text))
     )
     hang = analyse_hang(outcome)
-    collectives = for_attempt(outcome, hang)
+    # torch's analyser costs an import of torch: only when something went wrong
+    collectives = for_attempt(outcome, hang) if outcome.status in (FAILED, HUNG) else None
+    stragglers = arrival.for_attempt(outcome.attempt_dir)
     failed = sorted((r for r in outcome.ranks if r.state == FAILED), key=lambda r: r.ended_after)
     if outcome.first_failure is None or not failed:
         klass = COMMUNICATION if hang else None
@@ -119,6 +124,7 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
             klass=klass,
             non_finite=non_finite,
             collectives=collectives,
+            stragglers=stragglers,
         )
     found = {r.rank: matches(texts[r.rank], r.signal, table) for r in failed}
     root = _root_cause(failed, found)
@@ -145,6 +151,7 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
         non_finite=non_finite,
         crashed_at_exit=crashed_at_exit,
         collectives=collectives,
+        stragglers=stragglers,
     )
 
 

@@ -22,6 +22,8 @@ import threading
 import time
 from types import FrameType, ModuleType
 
+from safelaunch.rank.phases import Phases
+
 FRAMES_KEPT = 12  # innermost frames stored in the record
 FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
 BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing
@@ -35,6 +37,7 @@ class Beater(threading.Thread):
     def __init__(self, path: str, interval: float, main_ident: int) -> None:
         super().__init__(name="safelaunch-heartbeat", daemon=True)
         self.step: int | None = None
+        self.phases = Phases()
         self._path = path
         self._interval = interval
         self._main_ident = main_ident
@@ -83,6 +86,8 @@ class Beater(threading.Thread):
             frames = _frames(sys._current_frames().get(self._main_ident))
         self._last_frames = frames
         seq = collective_sequence()
+        if seq is not None and not final:  # the job's own time, not imports and rendezvous
+            self.phases.add(frames)  # where the rank spends it (stragglers)
         if seq is None:  # after destroy_process_group: keep how far it got
             seq = self._last_seq
         self._last_seq = seq

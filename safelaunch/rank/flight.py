@@ -26,8 +26,7 @@ import sys
 import threading
 import time
 
-from safelaunch.rank import names
-from safelaunch.rank.beat import write_atomically
+from safelaunch.rank import beat, names
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -91,23 +90,40 @@ def dump(reason: str) -> None:
     if _directory is None:
         return
     with contextlib.suppress(Exception), _lock:
-        record = _record(reason)
-        if record is not None:
+        found = _record(reason)
+        if found is not None:
+            rank, data = found
             os.makedirs(_directory, exist_ok=True)
-            write_atomically(os.path.join(_directory, f"rank{record['rank']}.json"), record)
+            path = os.path.join(_directory, f"rank{rank}.json")
+            with open(f"{path}.tmp", "wb") as out:
+                out.write(data)
+            os.replace(f"{path}.tmp", path)
 
 
-def _record(reason: str) -> dict[str, Any] | None:
-    """torch's record plus what Gloo leaves out; None when torch.distributed never started."""
+def _record(reason: str) -> tuple[int, bytes] | None:
+    """torch's record plus what Gloo leaves out; None when torch.distributed never started.
+
+    torch's JSON is written as it comes, with one key added at its end: parsing and
+    re-serialising 2000 entries would cost the rank ~10x more (bench/stragglers.py).
+    """
     dist = sys.modules.get("torch.distributed")
     torch = sys.modules.get("torch")
     if dist is None or torch is None or not dist.is_available() or not dist.is_initialized():
         return None
-    record: dict[str, Any] = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
-    record["pg_config"] = _groups(dist) or record.get("pg_config", {})
-    record["rank"] = dist.get_rank()
-    record["safelaunch"] = {"reason": reason, "time": time.time(), "p2p": _p2p_pending()}
-    return record
+    raw = bytes(torch._C._distributed_c10d._dump_fr_trace_json(True, False)).rstrip()
+    if not raw.endswith(b"}"):
+        return None
+    beater = beat._active
+    ours = {
+        "reason": reason,
+        "time": time.time(),
+        "rank": dist.get_rank(),
+        "pg_config": _groups(dist),  # Gloo's own is empty
+        "p2p": _p2p_pending(),
+        "phases": beater.phases.snapshot() if beater is not None else None,
+    }
+    extra = b'"safelaunch": ' + json.dumps(ours).encode()
+    return ours["rank"], raw[:-1] + (b", " if raw[:-1].strip() != b"{" else b"") + extra + b"}"
 
 
 def _groups(dist: Any) -> dict[str, dict[str, str]]:
@@ -233,10 +249,25 @@ def _batch(module: ModuleType) -> Callable[..., Any]:
     return batch_isend_irecv
 
 
+def _destroy(module: ModuleType) -> Callable[..., Any]:
+    real = module.destroy_process_group
+
+    @functools.wraps(real)
+    def destroy_process_group(group: Any = None) -> Any:
+        if group is None:  # the end of the job's collectives: its group table still exists
+            dump("exit")
+        return real(group)
+
+    return destroy_process_group
+
+
 def track_p2p(module: ModuleType, replace: Callable[[ModuleType, str, Any], None]) -> None:
-    """Wrap torch.distributed's p2p calls (distributed_c10d, as it loads) to know who waits."""
+    """Wrap torch.distributed's p2p calls (distributed_c10d, as it loads) to know who waits,
+    and destroy_process_group to write the record of a job that ends well (its arrival
+    times show a straggler). Not at exit: torch may be half torn down by then."""
     if _directory is None:
         return
+    replace(module, "destroy_process_group", _destroy(module))
     for op, peer_name in (("send", "dst"), ("recv", "src")):
         replace(module, op, _blocking(module, op, peer_name))
     for op, peer_name in (("isend", "dst"), ("irecv", "src")):

@@ -1,0 +1,57 @@
+"""Inside a rank: what a sampled main-thread stack is doing (data loading, compute, a collective).
+
+Counted by the heartbeat sampler, so that a straggler's report can say where the rank
+spends its time. A heuristic on frames, not a profiler: data loading is any frame in
+torch.utils.data or a function whose name says it loads, reads, fetches or collates.
+"""
+
+from __future__ import annotations
+
+import re
+
+DATA_FUNCTION = re.compile(r"load|read|fetch|collate|__getitem__|__next__|__iter__", re.I)
+OWN = ("safelaunch/rank/", "<string>", "/torch/", "/threading.py", "/runpy.py")
+LOCATIONS_KEPT = 32  # distinct places counted per phase (a bound on the record's size)
+
+Frame = tuple[str, int, str]
+
+
+def phase(frames: list[Frame]) -> str:
+    """`collective`, `data` or `compute` for a main-thread stack (innermost first)."""
+    if not frames:
+        return "compute"
+    if "torch/distributed/" in frames[0][0]:
+        return "collective"
+    for path, _, function in frames:
+        if "torch/utils/data/" in path or DATA_FUNCTION.search(function):
+            return "data"
+    return "compute"
+
+
+def place(frames: list[Frame]) -> str | None:
+    """The innermost frame in the user's own code: `file:line in function`."""
+    for path, line, function in frames:
+        if not any(part in path for part in OWN):
+            return f"{path}:{line} in {function}"
+    return None
+
+
+class Phases:
+    """Samples per phase, and per phase the places they were taken at."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.places: dict[str, dict[str, int]] = {}
+
+    def add(self, frames: list[Frame]) -> None:
+        kind = phase(frames)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        where = place(frames)
+        if where is None:
+            return
+        seen = self.places.setdefault(kind, {})
+        if where in seen or len(seen) < LOCATIONS_KEPT:
+            seen[where] = seen.get(where, 0) + 1
+
+    def snapshot(self) -> dict[str, object]:
+        return {"counts": dict(self.counts), "places": {k: dict(v) for k, v in self.places.items()}}
