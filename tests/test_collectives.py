@@ -125,3 +125,28 @@ def test_explain_reads_torchs_own_dumps_from_a_torchrun_run(tmp_path: Path, torc
         "collectives: group [0,1] (default group), collective #2 all_reduce(float32[16]): "
         "rank 1 never called it"
     ) in result.stdout
+
+
+def test_recv_recv_through_batch_isend_irecv(tmp_path: Path) -> None:
+    run, report = _run(tmp_path, "batch", 2)
+    assert run.returncode == exitcodes.HANG, run.stderr
+    assert (
+        "collectives: p2p deadlock (recv/recv): ranks 0,1 wait on each other: rank 0 "
+        "recv(float32[8]) from rank 1; rank 1 recv(float32[8]) from rank 0"
+    ) in run.stderr
+    assert [p["kind"] for p in report["collectives"]["p2p"]] == ["recv/recv"]
+
+
+def test_p2p_pairs_on_made_up_records() -> None:
+    from safelaunch.flightcheck import p2p_waits
+
+    def calls(*pending: tuple[str, int]) -> dict:
+        return {"safelaunch": {"p2p": [{"op": op, "peer": peer} for op, peer in pending]}}
+
+    # a send facing its recv is in progress, not a deadlock
+    assert p2p_waits({0: calls(("send", 1)), 1: calls(("recv", 0))}) == []
+    found = p2p_waits({0: calls(("send", 1)), 1: calls(("send", 0)), 2: calls(("recv", 3))})
+    assert [(f["ranks"], f["kind"], f["no_record"]) for f in found] == [
+        ([0, 1], "send/send", False),
+        ([2, 3], "unanswered", True),  # rank 3 left no record at all
+    ]

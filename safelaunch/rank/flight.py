@@ -170,9 +170,15 @@ def _call(module: ModuleType, op: str, tensor: Any, peer: Any, group: Any) -> di
     }
 
 
-def _peer_and_group(args: tuple[Any, ...], kwargs: dict[str, Any], peer_name: str) -> Any:
-    peer = kwargs.get(peer_name, kwargs.get("group_peer", args[1] if len(args) > 1 else None))
+def _peer_and_group(
+    module: ModuleType, args: tuple[Any, ...], kwargs: dict[str, Any], peer_name: str
+) -> tuple[Any, Any]:
+    """The peer as a global rank (given as dst/src, or as group_dst/group_src: a group rank)."""
+    peer = kwargs.get(peer_name, args[1] if len(args) > 1 else None)
     group = kwargs.get("group", args[2] if len(args) > 2 else None)
+    group_peer = kwargs.get(f"group_{peer_name}")
+    if peer is None and group_peer is not None:  # batch_isend_irecv passes group ranks
+        peer = module.get_global_rank(group or module._get_default_group(), group_peer)
     return peer, group
 
 
@@ -183,7 +189,7 @@ def _blocking(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]
     def call(*args: Any, **kwargs: Any) -> Any:
         key = None
         with contextlib.suppress(Exception):
-            peer, group = _peer_and_group(args, kwargs, peer_name)
+            peer, group = _peer_and_group(module, args, kwargs, peer_name)
             entry = _call(module, op, args[0] if args else kwargs.get("tensor"), peer, group)
             key = entry["n"]
             with _lock_p2p:
@@ -220,7 +226,7 @@ def _asynchronous(module: ModuleType, op: str, peer_name: str) -> Callable[..., 
     def call(*args: Any, **kwargs: Any) -> Any:
         work = real(*args, **kwargs)
         with contextlib.suppress(Exception):
-            peer, group = _peer_and_group(args, kwargs, peer_name)
+            peer, group = _peer_and_group(module, args, kwargs, peer_name)
             tensor = args[0] if args else kwargs.get("tensor")
             if work is not None:
                 _remember([_call(module, op.lstrip("i"), tensor, peer, group)], [work])

@@ -3,6 +3,7 @@
 subgroup: 3 ranks; rank 2 sleeps in load_shard instead of the all_reduce on new_group([1,2])
 groups: 4 ranks, new_subgroups(2): in [0,1] rank 1 calls broadcast where rank 0 calls
         all_reduce; in [2,3] both ranks send to each other (send/send)
+batch: 2 ranks; each posts only an irecv from the other with batch_isend_irecv (recv/recv)
 fail: 2 ranks; rank 1 raises instead of the second all_reduce, rank 0 waits in it
 """
 
@@ -42,6 +43,13 @@ def groups(rank):
         dist.recv(torch.ones(1 << 16), src=5 - rank)
 
 
+def batch(rank):
+    dist.all_reduce(torch.ones(4))
+    works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, torch.ones(8), 1 - rank)])
+    for work in works:
+        work.wait()
+
+
 def fail(rank):
     dist.all_reduce(torch.ones(4))
     if rank == 1:
@@ -51,7 +59,7 @@ def fail(rank):
 
 def main():
     dist.init_process_group("gloo")
-    {"subgroup": subgroup, "groups": groups, "fail": fail}[CASE](dist.get_rank())
+    {"subgroup": subgroup, "groups": groups, "batch": batch, "fail": fail}[CASE](dist.get_rank())
     dist.destroy_process_group()
 
 
