@@ -1,7 +1,8 @@
-"""Each rank prints LINES lines, one write at a time, then rank FAIL_RANK raises.
+"""Each rank prints LINES lines, one write at a time; then rank FAIL_RANK raises.
 
 The small pauses make every line its own read in the launcher (many console
-entries), as a chatty training loop does.
+entries), as a chatty training loop does. The failing rank raises once every rank
+has written all its lines ($PIDS_DIR/flooded-<rank>), so every log must hold them all.
 """
 
 import os
@@ -12,6 +13,7 @@ count = int(os.environ.get("LINES", "1200"))
 for i in range(count):
     os.write(1, f"r{rank} line {i:05d} {'x' * 80}\n".encode())
     time.sleep(0.003)
+open(os.path.join(os.environ["PIDS_DIR"], f"flooded-{rank}"), "w").close()
 
 
 def save_checkpoint():
@@ -19,4 +21,8 @@ def save_checkpoint():
 
 
 if rank == os.environ.get("FAIL_RANK", "0"):
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.time() + 60
+    while time.time() < deadline and len(os.listdir(os.environ["PIDS_DIR"])) < world:
+        time.sleep(0.05)
     save_checkpoint()
