@@ -285,6 +285,7 @@ class LiveJob:
     stacks: subprocess.CompletedProcess  # `status --stacks` while it ran
     stacks_file_sizes: tuple[int, int]  # rank 1's private stacks file before and after
     pids_alive_after_stacks: bool
+    flight_records_after_stacks: list  # the dump signal also writes those: put back
     final: dict  # `status --json` after it ended
 
     @property
@@ -337,6 +338,8 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
         done = [look.communicate(timeout=60) for look in looks]
         after = stacks_file.stat().st_size
         alive = all(_alive(r["pid"]) for r in snapshot["ranks"])
+        flight = (where / "logs" / "latest").resolve() / "attempt_0" / "flight"
+        flight_left = sorted(p.name for p in flight.glob("*.json"))
         (pids / "release").touch()  # rank 1 goes silent: the hang
         _, err = proc.communicate(timeout=60)
     finally:
@@ -355,6 +358,7 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
         stacks,
         (before, after),
         alive,
+        flight_left,
         final,
     )
 

@@ -63,6 +63,7 @@ def test_stacks_are_dumped_live_without_disturbing_the_job(hung_job: LiveJob) ->
     assert hung_job.pids_alive_after_stacks  # nothing stopped or killed
     before, after = hung_job.stacks_file_sizes
     assert after == before  # the dump was cut again: the hang diagnosis reads its own
+    assert hung_job.flight_records_after_stacks == []  # nor a flight record left behind
     # ... and the job went on to its own end: the hang, named as without status.
     assert hung_job.returncode == exitcodes.HANG, hung_job.stderr
     assert "likely culprit: rank 1: it is behind" in hung_job.stderr

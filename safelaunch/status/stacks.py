@@ -7,12 +7,13 @@ directory and the rank runs on, unstopped. The one signal status ever sends, and
 - to a rank that has written a heartbeat record (faulthandler is registered before the
   heartbeat starts, so the signal's default action, ending the process, cannot happen);
 - as the job's owner: reading that environment and the private directory needs it.
-The dump is then cut from the stacks file again, so a later hang diagnosis reads only
-its own dump.
+The dump is then cut from the stacks file again, and the flight record the same signal
+makes the rank write is put back as it was, so a later diagnosis reads only its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -25,23 +26,28 @@ from safelaunch.supervisor.procs import process_state
 
 DUMP_WAIT = 3.0  # s: faulthandler answers in about a millisecond; a busy host is slower
 SETTLE = 0.1  # s without growth: the dump is complete
+FLIGHT_WAIT = 0.5  # s for the rank's flight record, written by the same signal (flight.py)
 
 
-def _is_the_rank(pid: int, stacks_file: Path) -> bool:
-    """The pid is a rank writing to `stacks_file`, inside a private directory of its owner.
+def _rank_environ(pid: int, stacks_file: Path) -> dict[str, str] | None:
+    """The pid's environment when it is a rank writing to `stacks_file`, inside a private
+    directory of its owner; else None.
 
     A snapshot is a file in the run directory: checked, so that status run as root can
     never be steered into signalling, or cutting files of, anything but a rank.
     """
-    needle = f"{names.STACKS_FILE}={stacks_file}".encode()
     try:
         owner = os.stat(f"/proc/{pid}").st_uid
         private = os.lstat(stacks_file.parent)
-        if needle not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-            return False
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
-        return False
-    return private.st_uid == owner and S_ISDIR(private.st_mode) and not private.st_mode & 0o077
+        return None
+    environ = dict(
+        item.decode("utf-8", "replace").partition("=")[::2] for item in raw if b"=" in item
+    )
+    if environ.get(names.STACKS_FILE) != str(stacks_file) or private.st_uid != owner:
+        return None
+    return environ if S_ISDIR(private.st_mode) and not private.st_mode & 0o077 else None
 
 
 def _size(path: Path) -> int | None:
@@ -63,9 +69,53 @@ def _wait_for_dump(path: Path, before: int) -> None:
         time.sleep(0.02)
 
 
-def dump_one(pid: int, stacks_file: Path, signum: int) -> str:
+class _FlightRecord:
+    """The rank's flight record, put back as it was after the dump signal rewrote it.
+
+    The same signal makes the rank write torch's flight record (safelaunch/rank/flight.py)
+    for a hang or failure diagnosis; one left by status would pass for the rank's state
+    at the job's end.
+    """
+
+    def __init__(self, environ: Mapping[str, str], rank: object) -> None:
+        directory = environ.get(names.FLIGHT_DIR)
+        self.path = Path(directory) / f"rank{rank}.json" if directory else None
+        self.before = self._read()
+        self.stamp = self._stamp()
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes() if self.path is not None else None
+        except OSError:
+            return None
+
+    def _stamp(self) -> int | None:
+        try:
+            return self.path.stat().st_mtime_ns if self.path is not None else None
+        except OSError:
+            return None
+
+    def restore(self) -> None:
+        if self.path is None:
+            return
+        deadline = time.monotonic() + FLIGHT_WAIT
+        while self._stamp() == self.stamp and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self._stamp() == self.stamp:
+            return  # nothing written (torch.distributed not started, or not armed)
+        with contextlib.suppress(OSError):
+            if self.before is None:
+                self.path.unlink()
+            else:
+                temporary = self.path.with_name(self.path.name + ".status")
+                temporary.write_bytes(self.before)
+                os.replace(temporary, self.path)
+
+
+def dump_one(pid: int, stacks_file: Path, signum: int, rank: object = None) -> str:
     """One rank's dump, or why there is none."""
-    if not _is_the_rank(pid, stacks_file):
+    environ = _rank_environ(pid, stacks_file)
+    if environ is None:
         return "not dumped: its process is gone, or not yours (only the job's owner may ask)"
     # A stopped rank would answer only once resumed: into a later hang's dump.
     if process_state(pid) in ("T", "t"):
@@ -73,6 +123,7 @@ def dump_one(pid: int, stacks_file: Path, signum: int) -> str:
     before = _size(stacks_file)
     if before is None:
         return f"not dumped: cannot read {stacks_file} (only the job's owner may ask)"
+    flight = _FlightRecord(environ, rank)
     try:
         os.kill(pid, signum)
     except OSError as exc:
@@ -85,6 +136,8 @@ def dump_one(pid: int, stacks_file: Path, signum: int) -> str:
         os.truncate(stacks_file, before)  # the rank appends (O_APPEND): it writes on at the end
     except OSError as exc:
         return f"dump unreadable: {exc.strerror}"
+    finally:
+        flight.restore()
     return text.rstrip() or f"no dump within {DUMP_WAIT:g} s (the rank may be frozen)"
 
 
@@ -106,6 +159,6 @@ def dump_stacks(snapshots: Sequence[Mapping[str, Any]], host: str) -> str:
             elif not isinstance(pid, int) or not isinstance(signum, int):
                 out.append(f"{where}: not dumped: the snapshot lacks its pid")
             else:
-                text = dump_one(pid, private / f"rank{rank}.stacks", signum)
+                text = dump_one(pid, private / f"rank{rank}.stacks", signum, rank)
                 out.append(f"{where}:\n{text}")
     return "\n\n".join(out)
