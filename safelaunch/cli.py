@@ -218,7 +218,8 @@ _OPTIONS = [
         default="auto",
         envvar="SAFELAUNCH_ISOLATE",
         help="After a failure or hang, rerun the job on Gloo to tell the communication layer "
-        "from the program (auto: when the diagnosis says it can help).",
+        "from the program (auto: only when the job used NCCL and the failure can come from "
+        "the communication layer; see docs/isolation.md).",
     ),
     _own(
         "--isolate-timeout",
