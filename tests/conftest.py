@@ -212,18 +212,26 @@ def _no_process_outlives_its_test() -> Iterator[None]:
     pytest-timeout uses method "signal" (pyproject.toml): the timeout raises inside the
     test and this teardown still runs. Its "thread" method ends pytest with os._exit,
     with no teardown at all; then only the session's reaper (leaks.py) is left to sweep.
+    Fixtures of a wider scope are set up before this one: what they started is theirs
+    and is swept at the end of the session.
     """
-    yield
-    _sweep_all()
-
-
-def _sweep_all() -> None:
-    if _marks or _sessions:
-        leaks.sweep(leaks.exact(_marks), _sessions)
+    _wider_marks.update(_marks)
+    _wider_sessions.update(_sessions)
     _marks.clear()
     _sessions.clear()
+    yield
+    _sweep(_marks, _sessions)
 
 
+def _sweep(marks: set[str], sessions: set[int]) -> None:
+    if marks or sessions:
+        leaks.sweep(leaks.exact(marks), sessions)
+    marks.clear()
+    sessions.clear()
+
+
+_wider_marks: set[str] = set()
+_wider_sessions: set[int] = set()
 _reaper: list[int] = []
 
 
@@ -231,9 +239,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _reaper.append(leaks.start_reaper(SESSION))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own, which tears the fixtures down
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Also after Ctrl-C (KeyboardInterrupt skips the running test's teardown)."""
-    _sweep_all()
+    _sweep(_marks | _wider_marks, _sessions | _wider_sessions)
+    _marks.clear()
+    _sessions.clear()
     leaks.sweep(leaks.prefixed(SESSION))
     for fd in _reaper:
         os.write(fd, leaks.DONE)
