@@ -5,7 +5,10 @@
 For N = 1, 2, 4, 8 empty ranks: the wall time of `safelaunch --nproc_per_node=N noop.py`
 and of the floor, N `python noop.py` started in parallel from a shell. The per-rank cost
 is the slope of a least-squares line through the four points. Target: safelaunch's slope
-<= 2x the floor's. Also the launcher-side costs a launch pays once: importing the launcher
+<= 2x the floor's. The same for CPU time (user + system of the launcher, or the shell, and
+of every process it waited for): on a machine busier than its cores the wall slope mostly
+measures the load (then it is printed but not judged); the CPU slope still says what a
+rank costs. Also the launcher-side costs a launch pays once: importing the launcher
 and the preflight without GPUs (target < 0.5 s; it was a test assert before, and a timing
 target belongs here).
 
@@ -117,16 +120,19 @@ def main() -> None:
         )
     ratio = slope(ours) / slope(floor)
     verdict = "ok" if ratio <= 2.0 else "MISSED"
-    if slope(ours) <= 0 or slope(floor) <= 0:  # the load moved more than the ranks did
-        verdict = "not measurable on this machine now"
+    busy = os.getloadavg()[0] >= (os.cpu_count() or 1)
+    if busy or slope(ours) <= 0 or slope(floor) <= 0:  # the load moves more than the ranks do
+        verdict = "not judged: the machine is busier than its cores"
     print(
         f"  per extra rank, wall: safelaunch {slope(ours) * 1000:.1f} ms, floor "
         f"{slope(floor) * 1000:.1f} ms, ratio {ratio:.2f} (target <= 2.00: {verdict})"
     )
     # CPU is what a rank costs a busy machine, and it is far less disturbed by the load.
+    ratio = slope(ours_cpu) / slope(floor_cpu)
     print(
         f"  per extra rank, CPU:  safelaunch {slope(ours_cpu) * 1000:.1f} ms, floor "
-        f"{slope(floor_cpu) * 1000:.1f} ms, ratio {slope(ours_cpu) / slope(floor_cpu):.2f}"
+        f"{slope(floor_cpu) * 1000:.1f} ms, ratio {ratio:.2f} (target <= 2.00: "
+        f"{'ok' if ratio <= 2.0 else 'MISSED'})"
     )
     print(f"  fixed cost at N=1: safelaunch {ours[1]:.3f} s, floor {floor[1]:.3f} s")
     verdict = "ok" if preflight < 0.5 else "MISSED"

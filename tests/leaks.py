@@ -1,9 +1,9 @@
 """Ending every process a test started, whatever it did to hide (used by conftest.py).
 
 A process is the test's when its environment carries the test's mark, or when it sits in
-the session or process group of one that does (a descendant may clear its environment,
-but it keeps its session unless it calls setsid itself), or in the session of a launcher
-the test started (conftest starts each in a session of its own).
+a session or process group led by one that does (a descendant may clear its environment,
+but it keeps its session unless it calls setsid itself: each rank leads its own), or in
+the session of a launcher the test started (conftest starts each in a session of its own).
 
 Run as a script it is the session's reaper: it waits on a pipe from pytest and, if pytest
 dies without saying "done" (killed, or pytest-timeout's thread method, which ends the
@@ -63,15 +63,18 @@ def prefixed(prefix: str) -> Callable[[list[bytes]], bool]:
 def doomed(
     carries: Callable[[list[bytes]], bool], sessions: Iterable[int], spare: set[int]
 ) -> set[int]:
-    """The marked processes and everything sharing a session or group with them or `sessions`.
+    """The marked processes and everything in a session or group that a marked process
+    leads (a rank's, a launcher's), or in one of `sessions`.
 
-    Sessions and groups in `spare` are never widened to: a marked process started
-    without a session of its own shares pytest's, and with it the user's shell.
+    Only sessions and groups led by a marked process: a marked process in someone else's
+    (a daemon's that started it) does not make that daemon the test's. Those in `spare`
+    never: a marked process started without a session of its own shares pytest's.
     """
     procs = scan(carries)
     spare = spare | {0, 1}
-    groups = {pgid for pgid, _, marked in procs.values() if marked} - spare
-    whole = ({sid for _, sid, marked in procs.values() if marked} | set(sessions)) - spare
+    led = {pid for pid, (_, _, marked) in procs.items() if marked} - spare
+    groups = {pgid for pgid, _, marked in procs.values() if marked} & led
+    whole = ({sid for _, sid, marked in procs.values() if marked} & led) | (set(sessions) - spare)
     me = os.getpid()
     return {
         pid
