@@ -6,6 +6,7 @@ itself decides.
 """
 
 SUCCESS = 0
+SYNTAX = 1  # the entry script does not compile: nothing started; python itself exits 1
 USAGE = 2  # bad flag or value: nothing was started (click and argparse use 2 too)
 NODE_LOST = 69  # multi-node: a node never joined, or vanished during the job (EX_UNAVAILABLE)
 INTERNAL = 70  # a bug in safelaunch (sysexits EX_SOFTWARE); please report it

@@ -369,7 +369,7 @@ def _conclude(record: AttemptRecord, session: Session, history: list[dict[str, A
     The summary's closing "exit code" line is held back: the caller prints it last.
     """
     outcome = outcome_of(record)
-    diagnosis = diagnose(outcome, session.table)
+    diagnosis = diagnose(outcome, session.table, record.plan.heartbeat_dir)
     summary, exit_line = split_exit_line(render_summary(outcome, diagnosis))
     lint, script = session.preflight.lint, session.config.training_script
     if exit_line is not None and lint:  # a failure or hang: did lint see it coming?
@@ -467,7 +467,7 @@ def _rerun(
             write_file=write_file,
         )
         outcome = outcome_of(record)
-        diagnosis = diagnose(outcome, session.table)
+        diagnosis = diagnose(outcome, session.table, rerun_plan.heartbeat_dir)
         if rerun.gloo:
             verdict = gloo_verdict(job.outcome, job.diagnosis, job_comm, rerun, outcome, diagnosis)
         elif rerun.nproc == 1:

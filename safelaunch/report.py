@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from safelaunch.diagnose import Diagnosis, collectives, stragglers
 from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
+from safelaunch.diagnose.leaving import describe_leave, leave_record
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
 if TYPE_CHECKING:  # only for failures that were isolated, and for multi-node jobs
@@ -117,9 +118,13 @@ def render_hang(
 
 
 def exit_code(outcome: Outcome, diagnosis: Diagnosis) -> int:
-    """The run's code: the diagnosed root cause's own when a rank failed."""
+    """The run's code: the diagnosed root cause's own when a rank failed.
+
+    A root cause that exited 0 (it left early; its peers failed for it) gives no failure
+    code: the first failure's code then, as torchrun would fail too.
+    """
     if outcome.status == FAILED and diagnosis.root_cause is not None:
-        return diagnosis.root_cause.shell_code
+        return diagnosis.root_cause.shell_code or outcome.exit_code
     return outcome.exit_code
 
 
@@ -128,17 +133,28 @@ def _failure_lines(
 ) -> list[str]:
     lines = [
         f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} after {cause.ended_after:.1f} s"
+        + (" while the other ranks still communicated" if diagnosis.left_early else "")
     ]
     signature = diagnosis.signature
     if signature is not None:
         lines.append(f"  class: {diagnosis.klass} ({signature.id}): {signature.meaning}")
+        if diagnosis.left_early:
+            leave = diagnosis.leaves.get(cause.rank)
+            lines.extend(f"  {line}" for line in describe_leave(leave, diagnosis.seqs, cause.rank))
     elif diagnosis.error is not None:
         lines.append(f"  class: {diagnosis.klass}: no known signature; the error below is the lead")
+    elif diagnosis.last_lines:
+        lines.append(
+            f"  class: {diagnosis.klass}: it {cause.how_it_ended()} without a traceback; "
+            "the last lines of its log are the lead:"
+        )
     else:
         lines.append(
-            f"  class: {diagnosis.klass}: it {cause.how_it_ended()} without an error message; "
-            "the end of its log is the lead"
+            f"  class: {diagnosis.klass}: it {cause.how_it_ended()} without an error message "
+            "(its log is empty)"
         )
+    if diagnosis.error is None:
+        lines.extend(f"  | {line}" for line in diagnosis.last_lines)
     if diagnosis.error is not None:
         lines.append(f"  error: {diagnosis.error.line}")
         if diagnosis.error.location:
@@ -298,6 +314,10 @@ def report_record(
             "consequences": [{"rank": r, "signature": s} for r, s in diagnosis.consequences],
             "non_finite_losses": [{"rank": r, "line": line} for r, line in diagnosis.non_finite],
             "isolation_helps": signature.isolation_helps if signature else None,
+            "left_early": diagnosis.left_early,
+            "leaves": {str(r): leave_record(leave) for r, leave in diagnosis.leaves.items()},
+            "collectives": {str(r): seq for r, seq in diagnosis.seqs.items()},
+            "last_lines": list(diagnosis.last_lines),
         },
         "isolation": None,  # filled in by isolation_record once the reruns are done
         "stopped_by_node": outcome.peer_event,  # multi-node: another node stopped this one

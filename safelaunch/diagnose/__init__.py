@@ -8,32 +8,40 @@ log shows only the consequences of a peer's death is never the root cause.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from safelaunch.diagnose import stragglers as arrival
 from safelaunch.diagnose.collectives import Forensics, for_attempt
-from safelaunch.diagnose.frames import RANK_MARKER, user_frame
+from safelaunch.diagnose.errortext import (
+    ErrorText,
+    from_error_file,
+    from_log,
+    last_lines,
+    parse_traceback,
+)
 from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
-from safelaunch.diagnose.match import Match, cause, matches, non_finite_loss
+from safelaunch.diagnose.leaving import Leave, read_leaves, read_seqs
+from safelaunch.diagnose.match import non_finite_loss
+from safelaunch.diagnose.reading import LOG_TAIL
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
+from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
 from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
 from safelaunch.diagnose.stragglers import Arrivals
-from safelaunch.outcome import FAILED, HUNG, Outcome, RankResult
+from safelaunch.outcome import FAILED, HUNG, SUCCEEDED, Outcome, RankResult
 
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorText:
-    """The exception line and the innermost frame in the user's own code."""
-
-    line: str
-    location: str | None
-    source: str  # "error file" | "log"
+__all__ = [
+    "LOG_TAIL",
+    "Diagnosis",
+    "ErrorText",
+    "describe_ending",
+    "diagnose",
+    "from_error_file",
+    "from_log",
+    "parse_traceback",
+    "read_tail",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,61 +59,43 @@ class Diagnosis:
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
     collectives: Forensics | None = None  # where the ranks' flight records diverge
     stragglers: Arrivals | None = None  # arrival order at the collectives; the straggler
+    left_early: bool = False  # the root cause ended while its peers still communicated
+    leaves: Mapping[int, Leave] = field(default_factory=dict)  # ranks that ended without error
+    seqs: Mapping[int, int] = field(default_factory=dict)  # last collective count per rank
+    last_lines: tuple[str, ...] = ()  # the root cause's log ends, when it has no error line
 
 
-def parse_traceback(text: str) -> tuple[str, str | None] | None:
-    """(exception line, user location) of the last traceback in `text`."""
-    lines = [RANK_MARKER.sub("", line) for line in text.splitlines()]
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
-    if not starts:
-        return None
-    frames: list[tuple[str, str, str]] = []
-    for line in lines[starts[-1] + 1 :]:
-        match = _FRAME.match(line)
-        if match:
-            frames.append((match["path"], match["line"], match["func"]))
-        elif line and not line[0].isspace():
-            return line.strip(), user_frame(frames[::-1], fallback=True)
-    return None
+def hang_class(hang: HangAnalysis) -> str:
+    """Communication when the culprits wait in a collective (or every rank does alike);
+    unknown when a culprit is stuck in its own code: its stack, not the network, is the lead."""
+    stuck_outside = any(
+        not group.waiting for group in hang.groups if set(group.ranks) & set(hang.culprits)
+    )
+    return UNKNOWN if stuck_outside else COMMUNICATION
 
 
-def from_error_file(path: Path) -> ErrorText | None:
-    """The message `@record` wrote, if it did."""
-    try:
-        payload = json.loads(path.read_text(errors="replace"))
-        message = payload["message"]
-        if isinstance(message, str):
-            return ErrorText(line=message.strip(), location=None, source="error file")
-        stack = message.get("extraInfo", {}).get("py_callstack", "")
-        parsed = parse_traceback(stack)
-        line = str(message.get("message", "")).strip() or (parsed[0] if parsed else "")
-        return ErrorText(line=line, location=parsed[1] if parsed else None, source="error file")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+def evidence_of(result: RankResult, text: str, leave: Leave | None) -> RankEvidence:
+    """A judged rank as the root-cause rule sees it."""
+    return RankEvidence(
+        rank=result.rank,
+        text=text,
+        failed=result.state == FAILED,
+        ended=result.ended_after if result.state in (FAILED, SUCCEEDED) else None,
+        code=result.exit_code if result.state in (FAILED, SUCCEEDED) else None,
+        signum=result.signal,
+        error_file=result.error_file,
+        leave=leave,
+    )
 
 
-def from_log(path: Path, text: str | None = None) -> ErrorText | None:
-    """The last traceback, or a fatal native-crash line, in the rank's log."""
-    text = read_tail(path) if text is None else text
-    parsed = parse_traceback(text)
-    if parsed:
-        return ErrorText(line=parsed[0], location=parsed[1], source="log")
-    fatal = [line for line in text.splitlines() if line.startswith("Fatal Python error:")]
-    if fatal:
-        return ErrorText(line=fatal[-1].strip(), location=None, source="log")
-    return None
+def diagnose(
+    outcome: Outcome, table: Sequence[Signature] = SIGNATURES, heartbeat_dir: Path | None = None
+) -> Diagnosis:
+    """Root cause, class, signature and next steps; NaN/inf losses in any rank's log.
 
-
-def _root_cause(failed: list[RankResult], found: dict[int, list[Match]]) -> RankResult:
-    """The earliest failure that is not only a consequence of another rank's."""
-    for result in failed:
-        if not found[result.rank] or cause(found[result.rank]) is not None:
-            return result
-    return failed[0]
-
-
-def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagnosis:
-    """Root cause, class, signature and next steps; NaN/inf losses in any rank's log."""
+    `heartbeat_dir`: where the ranks wrote their heartbeat and exit records (how far
+    each got, where a rank left); without it those details are left out.
+    """
     texts = {r.rank: read_tail(r.log_path) for r in outcome.ranks}
     non_finite = tuple(
         (rank, line) for rank, text in texts.items() if (line := non_finite_loss(text))
@@ -114,9 +104,9 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = for_attempt(outcome, hang) if outcome.status in (FAILED, HUNG) else None
     stragglers = arrival.for_attempt(outcome.attempt_dir)
-    failed = sorted((r for r in outcome.ranks if r.state == FAILED), key=lambda r: r.ended_after)
+    failed = [r for r in outcome.ranks if r.state == FAILED]
     if outcome.first_failure is None or not failed:
-        klass = COMMUNICATION if hang else None
+        klass = hang_class(hang) if hang else None
         return Diagnosis(
             root_cause=None,
             error=None,
@@ -126,32 +116,28 @@ def diagnose(outcome: Outcome, table: Sequence[Signature] = SIGNATURES) -> Diagn
             collectives=collectives,
             stragglers=stragglers,
         )
-    found = {r.rank: matches(texts[r.rank], r.signal, table) for r in failed}
-    root = _root_cause(failed, found)
-    match = cause(found[root.rank])
-    consequences = tuple(
-        (r.rank, found[r.rank][0].signature.id)
-        for r in failed
-        if r.rank != root.rank and found[r.rank] and cause(found[r.rank]) is None
-    )
-    error = from_error_file(root.error_file) or from_log(root.log_path, texts[root.rank])
-    # A traceback before the shutdown crash is the real failure; the abort is how it ended.
-    # faulthandler's own "Fatal Python error: Aborted" line is the crash, not a Python error.
-    python_error = error is not None and not error.line.startswith("Fatal Python error")
-    crashed_at_exit = bool(match and match.signature.id == "shutdown-crash" and python_error)
-    if crashed_at_exit:
-        match = None
+    leaves = read_leaves(heartbeat_dir)
+    evidence = [evidence_of(r, texts[r.rank], leaves.get(r.rank)) for r in outcome.ranks]
+    found = find_root_cause(evidence, table)
+    if found is None:  # not reached: with a failed rank there is always a root cause
+        return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
+    root = next(r for r in outcome.ranks if r.rank == found.rank)
+    seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
     return Diagnosis(
         root_cause=root,
-        error=error,
-        klass=match.signature.klass if match else UNKNOWN,
-        signature=match.signature if match else None,
-        evidence=match.line if match else None,
-        consequences=consequences,
+        error=found.error,
+        klass=found.klass,
+        signature=found.signature,
+        evidence=found.evidence,
+        consequences=found.consequences,
         non_finite=non_finite,
-        crashed_at_exit=crashed_at_exit,
         collectives=collectives,
         stragglers=stragglers,
+        crashed_at_exit=found.crashed_at_exit,
+        left_early=found.left_early,
+        leaves=leaves,
+        seqs=seqs,
+        last_lines=() if found.error else tuple(last_lines(texts[root.rank])),
     )
 
 

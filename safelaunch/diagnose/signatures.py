@@ -223,6 +223,13 @@ SIGNATURES: tuple[Signature, ...] = (
         next_steps=("enlarge /dev/shm (docker run --shm-size=16g), or num_workers=0 to confirm",),
     ),
     Signature(
+        id="collate-size-mismatch",
+        klass=DATA,
+        patterns=(r"stack expects each tensor to be equal size",),
+        meaning="samples of different sizes in one batch: the default collate cannot stack them",
+        next_steps=("pad or crop samples to one size, or pass a collate_fn that pads",),
+    ),
+    Signature(
         id="dataloader-worker-died",
         klass=DATA,
         patterns=(r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly",),
@@ -246,6 +253,21 @@ SIGNATURES: tuple[Signature, ...] = (
         patterns=(r"DDP expects same model across all ranks",),
         meaning="ranks built different models (parameter count or shapes differ)",
         next_steps=("build the same model on every rank; no rank-dependent layers",),
+    ),
+    Signature(
+        id="autograd-graph-misuse",
+        klass=MODEL,
+        patterns=(
+            r"modified by an inplace operation",
+            r"Trying to backward through the graph a second time",
+            r"does not require grad and does not have a grad_fn",
+        ),
+        meaning="the autograd graph was used wrongly (in-place change, second backward, "
+        "a loss that does not depend on parameters)",
+        next_steps=(
+            "torch.autograd.set_detect_anomaly(True) names the operation",
+            "replace the in-place op (x += y -> x = x + y); call backward once per forward",
+        ),
     ),
     Signature(
         id="non-finite-values",
@@ -274,6 +296,52 @@ SIGNATURES: tuple[Signature, ...] = (
         patterns=(r"DefaultCPUAllocator: can't allocate memory",),
         meaning="the host ran out of memory",
         next_steps=("lower batch size or DataLoader workers; check memory per rank x ranks",),
+    ),
+    Signature(
+        id="disk-full",
+        klass=RESOURCES,
+        patterns=(
+            r"No space left on device",
+            r"\[Errno 28\]",
+            # torch.save onto a full disk (measured: torch 2.13 writing to /dev/full)
+            r"enforce fail at inline_container\.cc:\d+\] \. unexpected pos",
+        ),
+        meaning="a disk (or /dev/shm, or /tmp) is full: writing a checkpoint, log or cache failed",
+        next_steps=(
+            "df -h on the checkpoint, log and /tmp directories (and /dev/shm)",
+            "keep fewer checkpoints, or save from rank 0 only",
+        ),
+    ),
+    Signature(
+        id="too-many-open-files",
+        klass=RESOURCES,
+        patterns=(r"Too many open files", r"\[Errno 24\]", r"received 0 items of ancdata"),
+        meaning="the process hit its open-files limit (often DataLoader workers sharing tensors)",
+        next_steps=(
+            "raise the limit: ulimit -n 65536 (or LimitNOFILE in the service/job)",
+            "torch.multiprocessing.set_sharing_strategy('file_system')",
+        ),
+    ),
+    Signature(
+        id="state-dict-mismatch",
+        klass=MODEL,
+        patterns=(r"Error\(s\) in loading state_dict for",),
+        meaning="a checkpoint does not fit the model (missing/unexpected keys or other shapes)",
+        next_steps=(
+            "save and load the same architecture; strip the 'module.' prefix DDP adds "
+            "(save model.module.state_dict())",
+        ),
+    ),
+    Signature(
+        id="shape-mismatch",
+        klass=MODEL,
+        patterns=(
+            r"shapes cannot be multiplied",
+            r"must match the size of tensor b",
+            r"Expected input batch_size \(\d+\) to match target batch_size",
+        ),
+        meaning="tensors of incompatible shapes met in the model or the loss",
+        next_steps=("print the shapes at the line shown; check the input size the model expects",),
     ),
     Signature(
         id="shutdown-crash",

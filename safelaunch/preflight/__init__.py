@@ -11,6 +11,7 @@ from pathlib import Path
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
 from safelaunch.lint import Finding as LintFinding
+from safelaunch.preflight.entry import compile_entry
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
@@ -144,6 +145,7 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
     inventory = read_inventory(config.environ)
     nproc, reason = resolve_nproc(config, inventory)
     check_entry_point(config)
+    compile_entry(config)
     lint = lint_script(config)
     lines: tuple[str, ...] = ()
     warnings: list[Finding] = []

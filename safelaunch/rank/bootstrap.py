@@ -11,10 +11,12 @@ which are removed from uncaught tracebacks.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import faulthandler
 import os
 import signal
 import sys
+import time
 from importlib.machinery import SourceFileLoader
 from types import TracebackType
 
@@ -98,6 +100,33 @@ def run_module(module: str, args: list[str]) -> None:
     runpy._run_module_as_main(module, alter_argv=True)  # type: ignore[attr-defined]
 
 
+def record_exit(how: str, code: object, tb: TracebackType | None) -> None:
+    """Write `rank<N>.exit.json` beside the heartbeat record: how, where and when it left.
+
+    A rank that leaves while its peers still communicate is the root cause whatever its
+    code (0 included); the survivors only show "Connection closed by peer". Its exit
+    status alone cannot say where it left; the SystemExit's traceback can.
+    """
+    directory = os.environ.get(names.HEARTBEAT_DIR)
+    if not directory:
+        return
+    frames: list[tuple[str, int, str]] = []
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    with contextlib.suppress(Exception):  # without it the diagnosis uses the exit status
+        beat.write_atomically(
+            os.path.join(directory, f"rank{os.environ.get('RANK', '0')}.exit.json"),
+            {
+                "how": how,
+                "code": code if isinstance(code, int) or code is None else str(code),
+                "frames": frames[::-1][: beat.FRAMES_KEPT],  # innermost first
+                "time": time.time(),
+                "seq": beat.collective_sequence(),
+            },
+        )
+
+
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
     """Drop the bootstrap's frames from the top of a traceback."""
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
@@ -121,7 +150,8 @@ def main() -> None:
             run_module(target, args)
         else:
             run_script(target, args)
-    except SystemExit:
+    except SystemExit as exc:
+        record_exit("sys.exit", exc.code, exc.__traceback__)
         raise  # python's own handling: the code, or the message, no traceback
     except BaseException as exc:  # what python does with an uncaught exception
         # Set on the exception too: torch's wrapped excepthook formats exc.__traceback__.
@@ -136,3 +166,4 @@ def main() -> None:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         raise SystemExit(1) from None
+    record_exit("returned", 0, None)

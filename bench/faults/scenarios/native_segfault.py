@@ -1,0 +1,16 @@
+"""A segfault in native code (a NULL read through ctypes) on rank 1."""
+
+import ctypes
+
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+
+
+def decode(address: int) -> bytes:
+    return ctypes.string_at(address, 8)  # FAULT
+
+
+if dist.get_rank() == 1:
+    decode(0)
+dist.barrier()

@@ -1,0 +1,130 @@
+"""A rank's error line and the user's file:line, read from its error file or its log.
+
+In order: the message torch elastic's `@record` wrote; the last Python traceback;
+a native abort (`terminate called after throwing ...` / `what():`), placed by the
+faulthandler stack that follows it; faulthandler's own fatal error line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from safelaunch.diagnose.frames import RANK_MARKER, user_frame
+from safelaunch.diagnose.reading import read_tail
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+# faulthandler's form: no comma before "in"
+_DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+_WHAT = re.compile(r"^\s*what\(\):\s*(?P<what>.*\S)")
+_FATAL = "Fatal Python error:"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorText:
+    """The exception line and the innermost frame in the user's own code."""
+
+    line: str
+    location: str | None
+    source: str  # "error file" | "log"
+
+
+def parse_traceback(text: str) -> tuple[str, str | None] | None:
+    """(exception line, user location) of the last traceback in `text`."""
+    lines = [RANK_MARKER.sub("", line) for line in text.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not starts:
+        return None
+    frames: list[tuple[str, str, str]] = []
+    for line in lines[starts[-1] + 1 :]:
+        match = _FRAME.match(line)
+        if match:
+            frames.append((match["path"], match["line"], match["func"]))
+        elif line and not line[0].isspace():
+            return line.strip(), user_frame(frames[::-1], fallback=True)
+    return None
+
+
+def from_error_file(path: Path | None) -> ErrorText | None:
+    """The message `@record` wrote, if it did."""
+    if path is None:
+        return None
+    try:
+        payload = json.loads(path.read_text(errors="replace"))
+        message = payload["message"]
+        if isinstance(message, str):
+            return ErrorText(line=message.strip(), location=None, source="error file")
+        stack = message.get("extraInfo", {}).get("py_callstack", "")
+        parsed = parse_traceback(stack)
+        line = str(message.get("message", "")).strip() or (parsed[0] if parsed else "")
+        return ErrorText(line=line, location=parsed[1] if parsed else None, source="error file")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _fault_location(lines: list[str], start: int) -> str | None:
+    """The user's frame in the faulthandler dump after line `start`.
+
+    The crashing thread's block ("Current thread") when it is a Python thread; when the
+    abort came from a native thread (Gloo's, a C++ extension's), the main thread's (the
+    block that runs the module), else the first block with a user frame.
+    """
+    blocks: list[tuple[bool, list[tuple[str, str, str]]]] = []
+    for line in lines[start + 1 :]:
+        if line.startswith(("Current thread", "Thread 0x")):
+            blocks.append((line.startswith("Current thread"), []))
+            continue
+        match = _DUMP_FRAME.match(line)
+        if match and blocks:
+            blocks[-1][1].append((match["path"], match["line"], match["func"].strip()))
+        elif line.strip() and blocks and blocks[-1][1]:
+            break  # "Extension modules: ...": the dump is over
+    ordered = sorted(blocks, key=lambda b: (not b[0], not any(f[2] == "<module>" for f in b[1])))
+    for _, frames in ordered:
+        found = user_frame(frames, also_skip=("<string>",))
+        if found:
+            return found
+    return None
+
+
+def native_error(text: str) -> ErrorText | None:
+    """A C++ abort or a fatal signal: its message, placed by faulthandler's stack."""
+    lines = [RANK_MARKER.sub("", line) for line in text.splitlines()]
+    fatal = [i for i, line in enumerate(lines) if line.startswith(_FATAL)]
+    if not fatal:
+        terminate = [i for i, line in enumerate(lines) if _TERMINATE.search(line)]
+        if not terminate:
+            return None
+    location = _fault_location(lines, fatal[-1]) if fatal else None
+    for i in reversed(range(len(lines))):
+        thrown = _TERMINATE.search(lines[i])
+        if thrown is None:
+            continue
+        what = next((m["what"] for m in map(_WHAT.match, lines[i + 1 : i + 4]) if m), None)
+        line = f"{thrown['type']}: {what}" if what else lines[i].strip()
+        return ErrorText(line=line, location=location, source="log")
+    return ErrorText(line=lines[fatal[-1]].strip(), location=location, source="log")
+
+
+def from_log(path: Path | None, text: str | None = None) -> ErrorText | None:
+    """The last traceback, or a native abort or fatal-signal line, in the rank's log."""
+    if text is None:
+        text = read_tail(path) if path is not None else ""
+    parsed = parse_traceback(text)
+    if parsed:
+        return ErrorText(line=parsed[0], location=parsed[1], source="log")
+    return native_error(text)
+
+
+def error_text(text: str, error_file: Path | None) -> ErrorText | None:
+    """The error file's message, else the log's."""
+    return from_error_file(error_file) or from_log(None, text)
+
+
+def last_lines(text: str, count: int = 5) -> list[str]:
+    """The last non-empty lines of a log, for a rank that ended without an error message."""
+    lines = [RANK_MARKER.sub("", line).rstrip() for line in text.splitlines()]
+    return [line[:200] for line in lines if line.strip()][-count:]

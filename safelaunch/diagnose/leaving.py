@@ -1,0 +1,105 @@
+"""Ranks that left early: how, where and when a rank ended while its peers still talked.
+
+A rank that returns, calls sys.exit or skips destroy_process_group while the others
+are still in collectives is the root cause whatever its exit code: the survivors only
+see "Connection closed by peer" or a store error, which are consequences. The rank
+writes `rank<N>.exit.json` on its way out (safelaunch/rank/bootstrap.py); its last
+heartbeat record says how many collectives it and the others had issued.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safelaunch.diagnose.frames import user_frame
+from safelaunch.supervisor.hang import read_beat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leave:
+    """How one rank's Python code ended without an uncaught error."""
+
+    rank: int
+    how: str  # "sys.exit" | "returned" (the end of the script)
+    code: int | str | None  # SystemExit's code (a string: the message python printed)
+    location: str | None  # the user's frame that raised SystemExit
+    seq: int | None  # collectives it had issued when it left
+
+
+def _leave(rank: int, record: Mapping[str, Any]) -> Leave:
+    frames = [(str(f), int(n), str(fn)) for f, n, fn in record.get("frames") or []]
+    code = record.get("code")
+    seq = record.get("seq")
+    return Leave(
+        rank=rank,
+        how=str(record.get("how", "returned")),
+        code=code if isinstance(code, (int, str)) else None,
+        location=user_frame(frames, also_skip=("<string>",)),
+        seq=seq if isinstance(seq, int) else None,
+    )
+
+
+def read_leaves(heartbeat_dir: Path | None) -> dict[int, Leave]:
+    """Every `rank<N>.exit.json` the ranks wrote; empty when there are none."""
+    found: dict[int, Leave] = {}
+    if heartbeat_dir is None:
+        return found
+    for path in heartbeat_dir.glob("rank*.exit.json"):
+        try:
+            rank = int(path.name[4:].split(".")[0])
+            record = json.loads(path.read_bytes())
+            if isinstance(record, dict):
+                found[rank] = _leave(rank, record)
+        except (OSError, ValueError, TypeError):
+            continue
+    return found
+
+
+def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
+    """The last collective count in each rank's heartbeat record (its final one at exit)."""
+    seqs: dict[int, int] = {}
+    if heartbeat_dir is None:
+        return seqs
+    for rank in ranks:
+        beat = read_beat(rank, heartbeat_dir / f"rank{rank}.json")
+        if beat is not None and isinstance(beat.seq, int):
+            seqs[rank] = beat.seq
+    return seqs
+
+
+def leave_record(leave: Leave) -> dict[str, Any]:
+    """report.json's form (explain reads it back)."""
+    return {"how": leave.how, "code": leave.code, "location": leave.location, "seq": leave.seq}
+
+
+def leave_from_record(rank: int, record: Mapping[str, Any]) -> Leave:
+    """The inverse of leave_record."""
+    code, seq, location = record.get("code"), record.get("seq"), record.get("location")
+    return Leave(
+        rank=rank,
+        how=str(record.get("how", "returned")),
+        code=code if isinstance(code, (int, str)) else None,
+        location=location if isinstance(location, str) else None,
+        seq=seq if isinstance(seq, int) else None,
+    )
+
+
+def describe_leave(leave: Leave | None, seqs: Mapping[int, int], rank: int) -> list[str]:
+    """How it left (a sys.exit is shown as the error line) and how far each rank had got."""
+    lines = []
+    if leave is not None and leave.how == "returned":  # a sys.exit is shown as its error
+        lines.append("left:  its script returned (reached its end) while the others still ran")
+    mine = leave.seq if leave is not None and leave.seq is not None else seqs.get(rank)
+    others = {r: s for r, s in seqs.items() if r != rank}
+    if mine is not None or others:
+        text = f"rank {rank} had issued {mine} collective(s)" if mine is not None else ""
+        if others:
+            spread = sorted(set(others.values()))
+            span = str(spread[0]) if len(spread) == 1 else f"{spread[0]}-{spread[-1]}"
+            text += ("; " if text else "") + f"the others had reached {span}"
+        lines.append(f"count: {text}")
+    return lines

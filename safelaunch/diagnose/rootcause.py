@@ -1,0 +1,135 @@
+"""The one root-cause rule, for a live run and for `explain` alike.
+
+Both build a RankEvidence per rank (the live path from exit statuses and heartbeat
+files, explain from report.json or torchrun's logs) and call find_root_cause: the
+same evidence gives the same rank, class and location whichever path read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from safelaunch.diagnose.errortext import ErrorText, error_text
+from safelaunch.diagnose.leaving import Leave
+from safelaunch.diagnose.match import Match, cause, matches
+from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
+from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, Signature
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankEvidence:
+    """What is known of one rank's end."""
+
+    rank: int
+    text: str  # the end of its log
+    failed: bool  # ended non-zero or by a signal (or, code unknown: its log shows an error)
+    ended: float | None = None  # when it ended, or where it shows up in a combined log
+    code: int | None = None  # its exit code, when known (0: it ended cleanly)
+    signum: int | None = None
+    error_file: Path | None = None
+    leave: Leave | None = None  # it ended without an uncaught error (bootstrap's record)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RootCause:
+    """The rank that really failed first, and what the knowledge base says of it."""
+
+    rank: int
+    error: ErrorText | None
+    signature: Signature | None
+    evidence: str | None  # the log line that matched the signature
+    klass: str
+    consequences: tuple[tuple[int, str], ...]
+    crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
+    left_early: bool = False  # it ended while its peers still communicated
+
+
+def _order(rank: RankEvidence) -> tuple[float, int]:
+    return (rank.ended if rank.ended is not None else math.inf, rank.rank)
+
+
+def _left_early(
+    ranks: Sequence[RankEvidence], failed: list[RankEvidence], real: list[RankEvidence]
+) -> RankEvidence | None:
+    """A rank that ended with no error while the failures are only consequences of it.
+
+    Either a rank that exited 0 (or left without saying why) before the first failure,
+    or the first "real" failure when it has no error at all and every other failure
+    is a consequence: it just left.
+    """
+    if not failed or real:
+        return None
+    first = failed[0]
+    quiet = [
+        r
+        for r in ranks
+        if not r.failed
+        and (r.code == 0 or r.leave is not None)
+        and (first.ended is None or r.ended is None or r.ended <= first.ended)
+    ]
+    return min(quiet, key=_order) if quiet else None
+
+
+def _no_error(rank: RankEvidence, found: list[Match]) -> bool:
+    return not found and error_text(rank.text, rank.error_file) is None
+
+
+def find_root_cause(
+    ranks: Sequence[RankEvidence],
+    table: Sequence[Signature] = SIGNATURES,
+    hint: int | None = None,
+) -> RootCause | None:
+    """The earliest failure that is not only a consequence of another rank's; None if none.
+
+    `hint`: the rank a launcher named as its root cause (torchrun's "Root Cause" block),
+    preferred among the real failures.
+    """
+    failed = sorted((r for r in ranks if r.failed), key=_order)
+    found = {r.rank: matches(r.text, r.signum, table) for r in ranks}
+    real = [r for r in failed if not found[r.rank] or cause(found[r.rank]) is not None]
+    leaver = _left_early(ranks, failed, real)
+    hinted = [r for r in real if r.rank == hint]
+    candidates = hinted or real or failed
+    if leaver is None and not candidates:
+        return None
+    root = leaver or candidates[0]
+    others_follow = any(
+        r is not root and found[r.rank] and cause(found[r.rank]) is None for r in failed
+    )
+    left = leaver is not None or (others_follow and _no_error(root, found[root.rank]))
+    consequences = tuple(
+        (r.rank, found[r.rank][0].signature.id)
+        for r in failed
+        if r is not root and found[r.rank] and cause(found[r.rank]) is None
+    )
+    error = error_text(root.text, root.error_file)
+    if left and error is None and root.leave is not None and root.leave.how == "sys.exit":
+        # where it left is the line to look at: the SystemExit the bootstrap recorded
+        error = ErrorText(
+            line=f"SystemExit: sys.exit({root.leave.code!r}) while the other ranks still "
+            "communicated",
+            location=root.leave.location,
+            source="exit record",
+        )
+    match = cause(found[root.rank]) if not left else None
+    # A traceback before the shutdown crash is the real failure; the abort is how it ended.
+    python_error = error is not None and not error.line.startswith("Fatal Python error")
+    crashed_at_exit = bool(match and match.signature.id == "shutdown-crash" and python_error)
+    if crashed_at_exit:
+        match = None
+    if match is None and error is not None and not left:
+        match = next(iter(matches(error.line, None, EXCEPTION_TYPES)), None)
+    signature = RANK_LEFT_EARLY if left else (match.signature if match else None)
+    return RootCause(
+        rank=root.rank,
+        error=error,
+        signature=signature,
+        evidence=match.line if match else None,
+        klass=signature.klass if signature else UNKNOWN,
+        consequences=consequences,
+        crashed_at_exit=crashed_at_exit,
+        left_early=left,
+    )
