@@ -7,6 +7,7 @@ directory; no stage calls back into an earlier one.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -141,7 +142,7 @@ def run(config: LaunchConfig, console: Console) -> int:
     membership: Membership | None = None
     try:
         become_subreaper()
-        keeper = Keeper.start(identity.token)  # before any thread exists
+        keeper = Keeper.start(identity.token, str(identity.private_dir))  # before any thread
         if config.origins:
             console.say("from SLURM (flags win): " + ", ".join(config.origins))
         if config.nnodes[1] > 1:
@@ -378,7 +379,13 @@ def _conclude(record: AttemptRecord, session: Session, history: list[dict[str, A
     session.console.say(summary)
     max_restarts = session.config.max_restarts
     report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts, history)
-    write_report(outcome.attempt_dir / "report.json", report)
+    if not write_report(outcome.attempt_dir / "report.json", report):
+        # A full disk (or a log directory gone): the report is not lost, it is printed.
+        session.console.say(
+            f"cannot write {shown_path(outcome.attempt_dir / 'report.json')}; the report: "
+            + json.dumps(report, default=str),
+            "warning",
+        )
     history.append(report["attempts"][-1])
     return Concluded(
         outcome=outcome,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -333,11 +334,21 @@ def write_report(path: Path, record: dict[str, Any]) -> bool:
 
 def write_file(path: Path, text: str) -> bool:
     """Replace `path` atomically (report.json, report.html, the live state); False on error."""
-    temporary = path.with_name(path.name + ".tmp")
+    # A fresh name, created exclusively and never through a link; removed when the write
+    # fails (a full disk), so no empty temporary is left behind.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    data = text.encode()
     try:
-        temporary.write_text(text)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.replace(temporary, path)
     except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
         return False
     return True
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -148,6 +150,9 @@ def test_descendants_that_clear_their_environment_die_with_a_killed_launcher(
         time.sleep(0.05)
     time.sleep(1.5)  # three of the keeper's records (every 0.5 s) have seen them
     pids = [int(p) for p in (escapees / "pids").read_text().split()]
+    run_id = (tmp_path / "logs" / "latest").resolve().name
+    private = f"{tempfile.gettempdir()}/safelaunch-{run_id}-*"
+    assert glob.glob(private)  # heartbeats live there while the job runs
     proc.kill()
     proc.wait(timeout=5)
     deadline = time.monotonic() + 10
@@ -158,3 +163,4 @@ def test_descendants_that_clear_their_environment_die_with_a_killed_launcher(
         os.kill(pid, signal.SIGKILL)
     assert survivors == [], f"{len(survivors)} of {len(pids)} survived"
     assert_no_orphans(mark, within=2.0)
+    assert glob.glob(private) == []  # the keeper removed the launcher's private directory

@@ -13,6 +13,7 @@ from safelaunch.errors import PreflightError
 from safelaunch.lint import Finding as LintFinding
 from safelaunch.preflight.entry import compile_entry
 from safelaunch.preflight.inventory import Inventory, read_inventory
+from safelaunch.preflight.logroot import check_log_root
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
 from safelaunch.preflight.probe import probe_torch, torch_findings
@@ -142,6 +143,7 @@ def findings_of(
 
 def run_preflight(config: LaunchConfig) -> PreflightReport:
     """Every check that must pass before a rank starts; errors stop the launch (exit 78)."""
+    check_log_root(config.log_dir)  # always, --no-preflight too: it is about safety
     inventory = read_inventory(config.environ)
     nproc, reason = resolve_nproc(config, inventory)
     check_entry_point(config)

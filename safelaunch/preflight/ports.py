@@ -15,11 +15,15 @@ import contextlib
 import fcntl
 import os
 import socket
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCK_DIR = Path(tempfile.gettempdir()) / "safelaunch-ports"
+# Per user, mode 0700, never chmod'ed: a shared 1777 directory let another user plant
+# links where our lock files are created (or have us chmod their target). Two users'
+# jobs then only have the kernel's choice of port between them, as torchrun has.
+LOCK_DIR = Path(tempfile.gettempdir()) / f"safelaunch-ports-{os.geteuid()}"
 _ATTEMPTS = 64
 
 
@@ -48,10 +52,13 @@ def _lock_for(port: int) -> tuple[bool, int | None]:
     choice alone then guards the port, as it does for torchrun.
     """
     try:
-        LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
-        with contextlib.suppress(OSError):
-            os.chmod(LOCK_DIR, 0o1777)  # shared by every user of this host
-        fd = os.open(LOCK_DIR / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        with contextlib.suppress(FileExistsError):
+            LOCK_DIR.mkdir(mode=0o700)
+        info = os.lstat(LOCK_DIR)  # ours, a real directory, private: else not used at all
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            return True, None
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(LOCK_DIR / f"{port}.lock", flags, 0o600)
     except OSError:
         return True, None
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -45,14 +46,19 @@ class Keeper:
         self._done_fd: int | None = done_fd
 
     @classmethod
-    def start(cls, token: str) -> Keeper:
-        """Fork the watcher; call before any thread exists (fork copies only this one)."""
+    def start(cls, token: str, private_dir: str | None = None) -> Keeper:
+        """Fork the watcher; call before any thread exists (fork copies only this one).
+
+        `private_dir` (heartbeats, stack dumps) is removed after a sweep: a SIGKILLed
+        launcher cannot remove it itself."""
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
                 os.close(write_fd)
                 _watch(read_fd, token)
+                if private_dir is not None:
+                    shutil.rmtree(private_dir, ignore_errors=True)
             finally:
                 os._exit(0)
         os.close(read_fd)
@@ -90,7 +96,7 @@ def _watch(read_fd: int, token: str) -> None:
     except OSError:
         message = b""
     if message == _DONE:
-        return
+        os._exit(0)  # an orderly end: the launcher removes its own directory
     sessions = {seen.session for seen in recorded.values()} - outside
     _sweep(lambda: job_processes(token, below=None) | left_behind(recorded, sessions))
 

@@ -110,7 +110,9 @@ def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
     try:
         plan.attempt_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(
-            plan.attempt_dir / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            plan.attempt_dir / "launcher.log",
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
         )
     except OSError as exc:
         console.say(
@@ -239,7 +241,8 @@ class _Attempt:
         if not self._logs_ok:
             return None
         try:
-            return os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW  # never through a link
+            return os.open(spec.log_path, flags, 0o644)
         except OSError as exc:
             self._log_error(spec.rank, spec.log_path, exc, 0)
             return None

@@ -127,7 +127,8 @@ class FilteredLog:
         with self._lock:
             try:
                 if self._fd is None:
-                    self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                    self._fd = os.open(self._path, flags, 0o644)
                 os.write(self._fd, data)
             except OSError:
                 pass  # the rank's own log still has these lines
