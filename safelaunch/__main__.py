@@ -1,5 +1,5 @@
 """`python -m safelaunch`."""
 
-from safelaunch.cli import main
+from safelaunch.entry import main
 
 main()

@@ -5,8 +5,10 @@ This is the one place where errors become exit codes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -433,8 +435,33 @@ def lint_command(script: str, as_json: bool) -> None:
     sys.exit(code)
 
 
+class EarlyInterrupt(BaseException):
+    """Ctrl-C before the launcher's own handlers are in place.
+
+    Not a KeyboardInterrupt: click turns that into "Aborted!" and exit 1 while it parses.
+    A BaseException passes every `except Exception` (and runs every `finally`) on its way
+    out to main(), which makes it exit 130 without a traceback.
+    """
+
+
+def _early_interrupt(signum: int, frame: object) -> None:
+    raise EarlyInterrupt
+
+
 def main() -> None:
     """Console-script entry point: `safelaunch explain|doctor|status|lint ...`, else a launch."""
+    _subcommands()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (&)
+        signal.signal(signal.SIGINT, _early_interrupt)
+    try:
+        command(prog_name="safelaunch")
+    except EarlyInterrupt:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write("safelaunch: interrupted before any rank started\n")
+        sys.exit(exitcodes.for_signal(signal.SIGINT))
+
+
+def _subcommands() -> None:
     # A subcommand word only where a script name would stand: ./explain still launches.
     if sys.argv[1:2] == ["explain"]:
         explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
@@ -444,4 +471,3 @@ def main() -> None:
         status_command(args=sys.argv[2:], prog_name="safelaunch status")
     if sys.argv[1:2] == ["lint"]:
         lint_command(args=sys.argv[2:], prog_name="safelaunch lint")
-    command(prog_name="safelaunch")

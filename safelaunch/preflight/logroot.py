@@ -30,10 +30,9 @@ def _owner(uid: int) -> str:
 def _problem(path: Path, me: int) -> str | None:
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
-        return None  # created later, by us
-    except OSError as exc:
-        return f"cannot be checked ({exc.strerror})"
+    except OSError:
+        return None  # missing (created later, by us), or unusable: the launch then runs
+        # with console output only, as for any log directory it cannot write
     if info.st_uid not in (0, me):
         return f"is owned by {_owner(info.st_uid)}, not by you or root"
     if stat.S_ISLNK(info.st_mode):
