@@ -130,3 +130,14 @@ def test_no_error_message_shows_the_last_lines() -> None:
     root = find_root_cause([_rank(1, text=text, failed=True, code=2)])
     assert root is not None and root.error is None
     assert last_lines(text) == ["epoch 3", "saving to /ckpt failed, giving up"]
+
+
+def test_ddp_parameters_of_other_shapes_are_a_model_mismatch() -> None:
+    # measured with torch 2.13 (bench/faults/scenarios/model_ddp_different_models.py)
+    line = (
+        "RuntimeError: [1]: params[0] in this process with sizes [32, 8] appears not to match "
+        "sizes of the same param in process 0."
+    )
+    root = find_root_cause([_rank(1, text=_traceback(line), failed=True, code=1)])
+    assert root is not None and root.signature is not None
+    assert root.signature.id == "ddp-model-mismatch" and root.klass == "model/gradient"

@@ -250,7 +250,11 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="ddp-model-mismatch",
         klass=MODEL,
-        patterns=(r"DDP expects same model across all ranks",),
+        patterns=(
+            r"DDP expects same model across all ranks",
+            # same parameter count, other shapes (measured: torch 2.13, Gloo)
+            r"appears not to match sizes of the same param in process",
+        ),
         meaning="ranks built different models (parameter count or shapes differ)",
         next_steps=("build the same model on every rank; no rank-dependent layers",),
     ),
