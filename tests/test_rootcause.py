@@ -141,3 +141,13 @@ def test_ddp_parameters_of_other_shapes_are_a_model_mismatch() -> None:
     root = find_root_cause([_rank(1, text=_traceback(line), failed=True, code=1)])
     assert root is not None and root.signature is not None
     assert root.signature.id == "ddp-model-mismatch" and root.klass == "model/gradient"
+
+
+def test_an_error_in_a_dataloader_worker_is_placed_by_the_workers_traceback() -> None:
+    text = (FIXTURES / "dataloader-worker-error.log").read_text()
+    root = find_root_cause([_rank(1, text=text, failed=True, code=1)])
+    assert root is not None and root.signature is not None
+    assert root.signature.id == "dataloader-worker-error" and root.klass == "data/sampling"
+    assert root.error is not None
+    assert root.error.line == "ValueError: record 5: label -1 out of range"
+    assert root.error.location == "<string>:8 in __getitem__"

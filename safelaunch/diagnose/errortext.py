@@ -21,6 +21,9 @@ _DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(?P<what>.*\S)")
 _FATAL = "Fatal Python error:"
+_WORKER_ERROR = re.compile(r"Caught \w+ in DataLoader worker process \d+")
+_ORIGINAL = "Original Traceback (most recent call last):"
+_ORIGINAL_WITHIN = 400  # lines after the re-raised error where the worker's traceback is
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,20 +35,38 @@ class ErrorText:
     source: str  # "error file" | "log"
 
 
-def parse_traceback(text: str) -> tuple[str, str | None] | None:
-    """(exception line, user location) of the last traceback in `text`."""
-    lines = [RANK_MARKER.sub("", line) for line in text.splitlines()]
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
-    if not starts:
-        return None
+def _frames_then_error(lines: list[str]) -> tuple[str, str | None, int] | None:
+    """Frames up to the first unindented line: (that line, user location, its index)."""
     frames: list[tuple[str, str, str]] = []
-    for line in lines[starts[-1] + 1 :]:
+    for index, line in enumerate(lines):
         match = _FRAME.match(line)
         if match:
             frames.append((match["path"], match["line"], match["func"]))
         elif line and not line[0].isspace():
-            return line.strip(), user_frame(frames[::-1], fallback=True)
+            return line.strip(), user_frame(frames[::-1], fallback=True), index
     return None
+
+
+def parse_traceback(text: str) -> tuple[str, str | None] | None:
+    """(exception line, user location) of the last traceback in `text`.
+
+    An error re-raised from a DataLoader worker ("Caught ValueError in DataLoader worker
+    process 0") carries the worker's own traceback in its message: that one says where.
+    """
+    lines = [RANK_MARKER.sub("", line) for line in text.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not starts:
+        return None
+    found = _frames_then_error(lines[starts[-1] + 1 :])
+    if found is None:
+        return None
+    line, location, index = found
+    after = lines[starts[-1] + 2 + index :][:_ORIGINAL_WITHIN]
+    if _WORKER_ERROR.search(line) and _ORIGINAL in after:
+        original = _frames_then_error(after[after.index(_ORIGINAL) + 1 :])
+        if original is not None and original[1] is not None:
+            return original[0], original[1]
+    return line, location
 
 
 def from_error_file(path: Path | None) -> ErrorText | None:

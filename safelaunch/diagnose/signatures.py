@@ -230,6 +230,17 @@ SIGNATURES: tuple[Signature, ...] = (
         next_steps=("pad or crop samples to one size, or pass a collate_fn that pads",),
     ),
     Signature(
+        id="dataloader-worker-error",
+        klass=DATA,
+        patterns=(r"Caught \w+ in DataLoader worker process \d+",),
+        meaning="the dataset (or its transforms / collate_fn) raised inside a DataLoader "
+        "worker: a bad sample, a missing file, a transform bug",
+        next_steps=(
+            "the worker's own traceback (shown as the location) names the line",
+            "rerun with num_workers=0 to debug the sample in the main process",
+        ),
+    ),
+    Signature(
         id="dataloader-worker-died",
         klass=DATA,
         patterns=(r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly",),
