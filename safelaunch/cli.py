@@ -90,23 +90,24 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
     """--config FILE: TOML whose keys are launch options; the command line and env still win."""
     if value is None:
         return
+    shown = value if value.isprintable() else repr(value)  # one line, no terminal escapes
     try:
         data = load_toml(value)
     except BadFile as exc:
-        raise click.BadParameter(f"{value}: {exc}", ctx, param) from None
+        raise click.BadParameter(f"{shown}: {exc}", ctx, param) from None
     options = {p.name for p in ctx.command.params if isinstance(p, click.Option)}
     defaults = {}
     for key, setting in data.items():
         name = key.replace("-", "_")
         if name not in options or name in ("config", "help", "version"):
-            raise click.BadParameter(f"{value}: {key!r} is not a launch option", ctx, param)
+            raise click.BadParameter(f"{shown}: {key!r} is not a launch option", ctx, param)
         if isinstance(setting, float) and not math.isfinite(setting):
             raise click.BadParameter(
-                f"{value}: {key} = {setting} is not a finite number", ctx, param
+                f"{shown}: {key} = {setting} is not a finite number", ctx, param
             )
         if not isinstance(setting, (str, int, float, bool)):
             raise click.BadParameter(
-                f"{value}: {key} must be a string, number or true/false, not a TOML "
+                f"{shown}: {key} must be a string, number or true/false, not a TOML "
                 f"{type(setting).__name__}",
                 ctx,
                 param,

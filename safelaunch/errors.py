@@ -16,9 +16,10 @@ class SafelaunchError(Exception):
         self.fix = fix
 
     def render(self) -> str:
-        """One line: what is wrong, then how to fix it (a user's line break shown as \\n)."""
+        """One line: what is wrong, then how to fix it. Control characters from user input
+        (a line break, an escape sequence for the terminal) are shown escaped (\\n, \\x1b)."""
         text = f"{self.message}; {self.fix}" if self.fix else self.message
-        return text.replace("\r", "\\r").replace("\n", "\\n")
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class ConfigError(SafelaunchError):
