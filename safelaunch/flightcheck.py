@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import pickle
 import re
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +204,42 @@ def _finding(
     }
 
 
+ANALYSER = "torch.distributed.flight_recorder.components"
+
+
+def load_analyser() -> tuple[Any, Any]:
+    """torch's analyser (build_db, JobConfig), without importing torch when possible.
+
+    Its modules are pure Python that import only each other (torch 2.13), while `import
+    torch` takes seconds, more on a loaded machine, after every hang and failure. So they
+    are loaded under stand-ins for their parent packages (this process is ours and does
+    nothing else with torch). Should they need more of torch, the stand-ins go and torch
+    is imported whole.
+    """
+    spec = None if "torch" in sys.modules else importlib.util.find_spec("torch")
+    if spec is not None and spec.origin is not None:
+        parent = Path(spec.origin).parent
+        for name in ("torch", "torch.distributed", "torch.distributed.flight_recorder", ANALYSER):
+            stand_in = types.ModuleType(name)
+            stand_in.__path__ = [str(parent.joinpath(*name.split(".")[1:]))]
+            sys.modules[name] = stand_in
+        try:
+            return _analyser()
+        except Exception:
+            for name in [n for n in sys.modules if n == "torch" or n.startswith("torch.")]:
+                del sys.modules[name]
+    return _analyser()
+
+
+def _analyser() -> tuple[Any, Any]:
+    builder = importlib.import_module(f"{ANALYSER}.builder")
+    config_manager = importlib.import_module(f"{ANALYSER}.config_manager")
+    return builder.build_db, config_manager.JobConfig
+
+
 def torch_analysis(records: dict[int, Record], groups: dict[str, Record]) -> dict[str, Record]:
     """torch's analyser on the records: the first collective per group that fails its checks."""
-    from torch.distributed.flight_recorder.components.builder import build_db
-    from torch.distributed.flight_recorder.components.config_manager import JobConfig
-
+    build_db, JobConfig = load_analyser()
     version = str(next(iter(records.values())).get("version", "2.10"))
     details = {
         f"rank{rank}": {
