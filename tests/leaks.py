@@ -4,6 +4,9 @@ A process is the test's when its environment carries the test's mark, or when it
 a session or process group led by one that does (a descendant may clear its environment,
 but it keeps its session unless it calls setsid itself: each rank leads its own), or in
 the session of a launcher the test started (conftest starts each in a session of its own).
+Out of reach: a descendant that cleared its environment once the rank leading its session
+has exited (nothing marked names that session any more); ending those is the launcher's
+own job (its keeper), which tests of the launcher check.
 
 Run as a script it is the session's reaper: it waits on a pipe from pytest and, if pytest
 dies without saying "done" (killed, or pytest-timeout's thread method, which ends the
