@@ -12,6 +12,8 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any, Literal
 from safelaunch.diagnose.hang import HangAnalysis
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.outcome import Outcome
+from safelaunch.supervisor.signals import stop_requested
 
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
 FLIGHT_DIR = "flight"  # in an attempt directory (plan.FLIGHT_DIR)
@@ -67,14 +70,23 @@ class Forensics:
 def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
     """safelaunch.flightcheck's JSON; None when it could not run (no torch, crash, timeout)."""
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "safelaunch.flightcheck", *map(str, paths)],
-            capture_output=True,
-            timeout=FLIGHTCHECK_TIMEOUT,
-            check=False,
-        )
-        result = json.loads(done.stdout)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        with tempfile.TemporaryFile() as output:
+            check = subprocess.Popen(
+                [sys.executable, "-m", "safelaunch.flightcheck", *map(str, paths)],
+                stdout=output,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + FLIGHTCHECK_TIMEOUT
+            # Polled: importing torch takes seconds, and a Ctrl-C must not wait for it.
+            while check.poll() is None:
+                if stop_requested() or time.monotonic() > deadline:
+                    check.kill()
+                    check.wait()
+                    return None
+                time.sleep(0.05)
+            output.seek(0)
+            result = json.loads(output.read())
+    except (OSError, ValueError):
         return None
     return result if isinstance(result, dict) else None
 

@@ -24,6 +24,14 @@ from typing import Any
 PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)  # forwarded to the ranks, the job goes on
 REPEAT_WINDOW = 2.0  # seconds: the same SIGTERM again within this is the same request
 _MERGED = (signal.SIGTERM,)  # a person's repeated Ctrl-C / Ctrl-\ must still escalate
+_stop_requested = False  # set by any receiver's handler: slow work outside the loop stops
+
+
+def stop_requested() -> bool:
+    """True once a stopping signal reached the launcher: work that is not the supervision
+    loop (a diagnosis's torch subprocess) gives up, so the signal is honoured within a
+    second in every phase."""
+    return _stop_requested
 
 
 class SignalReceiver:
@@ -103,3 +111,5 @@ class SignalReceiver:
             return
         self._first_at.setdefault(signum, now)
         self._pending.append(signum)
+        global _stop_requested
+        _stop_requested = True
