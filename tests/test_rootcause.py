@@ -151,3 +151,10 @@ def test_an_error_in_a_dataloader_worker_is_placed_by_the_workers_traceback() ->
     assert root.error is not None
     assert root.error.line == "ValueError: record 5: label -1 out of range"
     assert root.error.location == "<string>:8 in __getitem__"
+
+
+def test_a_dataloader_worker_killed_by_a_signal_is_data_sampling() -> None:
+    line = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed. "
+    root = find_root_cause([_rank(1, text=_traceback(line), failed=True, code=1)])
+    assert root is not None and root.signature is not None
+    assert root.signature.id == "dataloader-worker-died"

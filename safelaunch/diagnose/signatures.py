@@ -243,7 +243,11 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="dataloader-worker-died",
         klass=DATA,
-        patterns=(r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly",),
+        patterns=(
+            r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly",
+            # a worker killed (OOM killer: "Killed"), measured with torch 2.13; Bus error is shm
+            r"DataLoader worker \(pid \d+\) is killed by signal",
+        ),
         meaning="a DataLoader worker process died (often /dev/shm or memory)",
         next_steps=("rerun with num_workers=0 to see the worker's own error",),
     ),
