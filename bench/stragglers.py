@@ -51,8 +51,9 @@ def per_sample(work: Path) -> None:
     print("per heartbeat sample (30-frame stack)")
     print(f"  the sample itself            {sample * 1e6:8.1f} us")
     print(f"  + phase and place counting   {added * 1e6:8.1f} us ({added / sample:.1%} of it)")
+    print(f"  at one sample every {RATE} s, the counting: {added / RATE:.4%} of the rank's time")
     share = (sample + added) / RATE
-    print(f"  at one sample every {RATE} s: {share:.4%} of the rank's time (budget {BUDGET:.0%})")
+    print(f"  the whole sample with it: {share:.4%} (budget {BUDGET:.0%}; machine load moves this)")
 
 
 def per_job(work: Path) -> None:
