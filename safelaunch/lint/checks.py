@@ -77,13 +77,11 @@ def sampler_with_shuffle(script: Script) -> Iterator[ast.Call]:
 
 
 def _epoch_loop(script: Script) -> bool:
-    for node in ast.walk(script.tree):
-        if not isinstance(node, ast.For):
-            continue
+    for node in script.loops:
         if isinstance(node.target, ast.Name) and "epoch" in node.target.id.lower():
             return True
-        if any(isinstance(sub, ast.For) for sub in ast.walk(node) if sub is not node):
-            return True
+        if any(isinstance(parent, ast.For) for parent in script.ancestors(node)):
+            return True  # a loop inside a loop
     return False
 
 
@@ -97,11 +95,7 @@ def _only_given_to_a_loader(script: Script, call: Call) -> bool:
     target = parent.targets[0]
     if not isinstance(target, ast.Name):
         return False
-    uses = [
-        node
-        for node in ast.walk(script.tree)
-        if isinstance(node, ast.Name) and node.id == target.id and node is not target
-    ]
+    uses = [node for node in script.uses.get(target.id, ()) if node is not target]
     loaders = {id(c.keyword("sampler")) for c in script.called("DataLoader")}
     return bool(uses) and all(id(use) in loaders for use in uses)
 

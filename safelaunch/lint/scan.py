@@ -45,6 +45,8 @@ class Script:
     attributes: set[str] = field(default_factory=set)  # every `.name` accessed
     names: set[str] = field(default_factory=set)  # every identifier used
     assigns: dict[int, list[ast.Assign]] = field(default_factory=dict)  # by id(scope), in order
+    uses: dict[str, list[ast.Name]] = field(default_factory=dict)  # every Name node, by id
+    loops: list[ast.For] = field(default_factory=list)
     taint: dict[int, list[tuple[int, str, bool]]] = field(default_factory=dict)  # see _tainted
 
     def called(self, *lasts: str) -> list[Call]:
@@ -109,28 +111,81 @@ def dotted(node: ast.expr, aliases: dict[str, str]) -> str:
     return ".".join(reversed(parts))
 
 
+# Fields that never hold a node worth visiting: names, flags, and the shared singleton
+# ctx/operator nodes (ast.Load(), ast.Add() ...) that are a third of a tree's nodes.
+_LEAF_FIELDS = frozenset(
+    {"ctx", "op", "ops", "id", "attr", "name", "arg", "asname", "module", "level", "kind"}
+    | {"type_comment", "conversion", "is_async", "simple"}
+)
+_CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {ast.Constant: ()}
+
+
+def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
+        _CHILD_FIELDS[kind] = fields
+    return fields
+
+
+def children(node: ast.AST) -> list[ast.AST]:
+    """ast.iter_child_nodes without the ctx/operator singletons, as a list (much cheaper)."""
+    found: list[ast.AST] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name, None)
+        if type(value) is list:
+            found += [item for item in value if isinstance(item, ast.AST)]
+        elif isinstance(value, ast.AST):
+            found.append(value)
+    return found
+
+
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under `node` (itself included), in no particular order; see children()."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack += children(node)
+
+
 def parse(source: str | bytes, filename: str = "<script>") -> Script:
     """Parse and index the script (SyntaxError propagates: the caller says so)."""
     tree = ast.parse(source, filename=filename)
     script = Script(tree=tree)
     calls: list[tuple[ast.Call, Scope]] = []
+    parents = script.parents
     stack: list[tuple[ast.AST, Scope]] = [(tree, tree)]
-    while stack:  # one pass: parents, scopes, and what the rules ask about
+    # One pass over the tree for parents, scopes, and everything the rules ask about, so
+    # that no rule walks the whole tree again: the lint runs at every launch of new content.
+    while stack:
         node, scope = stack.pop()
-        inner = node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope
-        for child in ast.iter_child_nodes(node):
-            script.parents[child] = node
-            stack.append((child, inner))
+        kind = type(node)
+        inner = node if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef else scope
+        fields = _CHILD_FIELDS.get(kind)
+        for name in _child_fields(kind) if fields is None else fields:  # children(), inlined
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        parents[item] = node
+                        stack.append((item, inner))
+            elif isinstance(value, ast.AST):
+                parents[value] = node
+                stack.append((value, inner))
         if isinstance(node, ast.Call):
             calls.append((node, scope))
         elif isinstance(node, ast.Name):
             script.names.add(node.id)
+            script.uses.setdefault(node.id, []).append(node)
         elif isinstance(node, ast.Attribute):
             script.attributes.add(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             script.strings.add(node.value)
         elif isinstance(node, ast.Assign):
             script.assigns.setdefault(id(scope), []).append(node)
+        elif isinstance(node, ast.For):
+            script.loops.append(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             _add_import(script, node)
     # aliases first, then calls: a name may be imported below its first use in the file
@@ -138,6 +193,7 @@ def parse(source: str | bytes, filename: str = "<script>") -> Script:
     script.calls.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
     for assigns in script.assigns.values():
         assigns.sort(key=lambda node: node.lineno)
+    script.loops.sort(key=lambda node: (node.lineno, node.col_offset))
     return script
 
 
@@ -155,7 +211,7 @@ def _add_import(script: Script, node: ast.Import | ast.ImportFrom) -> None:
 
 def names_in(node: ast.AST) -> Iterator[str]:
     """Identifiers and attribute names in an expression (`args.local_rank` gives both)."""
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name):
             yield sub.id
         elif isinstance(sub, ast.Attribute):
@@ -187,7 +243,7 @@ def rank_condition(test: ast.expr) -> bool:
 
     A comparison with -1 alone (`local_rank != -1`: "is this run distributed") is not one.
     """
-    for node in ast.walk(test):
+    for node in walk(test):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             constants = [v for side in sides for v in _int_constants(side)]
@@ -212,26 +268,35 @@ def under_rank_condition(script: Script, node: ast.AST) -> ast.If | None:
     return None
 
 
-def _modulo(node: ast.AST) -> bool:
-    return any(isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod) for sub in ast.walk(node))
-
-
 def _is_rank_name(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value == "RANK"
 
 
-def _global_rank_read(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Subscript) and _is_rank_name(sub.slice):
+def _reads_rank(node: ast.AST) -> bool:
+    """os.environ["RANK"], os.getenv("RANK"), os.environ.get("RANK"), get_rank()."""
+    if isinstance(node, ast.Subscript):
+        return _is_rank_name(node.slice)
+    if isinstance(node, ast.Call):
+        name = dotted(node.func, {})
+        first = node.args[0] if node.args else None
+        if name.endswith(("getenv", "environ.get")) and _is_rank_name(first):
             return True
-        if isinstance(sub, ast.Call):
-            name = dotted(sub.func, {})
-            first = sub.args[0] if sub.args else None
-            if name.endswith(("getenv", "environ.get")) and _is_rank_name(first):
-                return True
-            if name.endswith("get_rank") and not sub.args:
-                return True
+        return name.endswith("get_rank") and not node.args
     return False
+
+
+def _rank_facts(node: ast.AST) -> tuple[bool, bool, set[str]]:
+    """(a `%` in it, it reads the global rank, the names it uses): one walk for all three."""
+    modulo = reads = False
+    names: set[str] = set()
+    for sub in walk(node):
+        if isinstance(sub, ast.Name):
+            names.add(sub.id)
+        elif isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+            modulo = True
+        elif not reads:
+            reads = _reads_rank(sub)
+    return modulo, reads, names
 
 
 def global_rank(script: Script, expr: ast.AST, scope: Scope) -> bool:
@@ -239,12 +304,12 @@ def global_rank(script: Script, expr: ast.AST, scope: Scope) -> bool:
 
     `rank % torch.cuda.device_count()` is not: that maps a global rank onto this node's GPUs.
     """
-    if _modulo(expr):
+    modulo, reads, names = _rank_facts(expr)
+    if modulo:
         return False
-    if _global_rank_read(expr):
+    if reads:
         return True
-    tainted = _tainted(script, scope, getattr(expr, "lineno", 0))
-    return any(isinstance(sub, ast.Name) and sub.id in tainted for sub in ast.walk(expr))
+    return not names.isdisjoint(_tainted(script, scope, getattr(expr, "lineno", 0)))
 
 
 def _tainted(script: Script, scope: Scope, before: int) -> set[str]:
@@ -253,11 +318,8 @@ def _tainted(script: Script, scope: Scope, before: int) -> set[str]:
     if events is None:  # once per scope: each assignment, in order, judged with those above
         events, running = [], set[str]()
         for node in script.assigns.get(id(scope), ()):
-            value = node.value
-            is_global = not _modulo(value) and (
-                _global_rank_read(value)
-                or any(isinstance(sub, ast.Name) and sub.id in running for sub in ast.walk(value))
-            )
+            modulo, reads, names = _rank_facts(node.value)
+            is_global = not modulo and (reads or not names.isdisjoint(running))
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     (running.add if is_global else running.discard)(target.id)
