@@ -7,8 +7,10 @@ warnings in the banner; a failure whose class matches a finding says so.
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from safelaunch.lint.rules import RULES, Rule, Severity
@@ -63,18 +65,33 @@ def _finding(rule: Rule, line: int, col: int) -> Finding:
     )
 
 
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The cyclic collector paused: a parse allocates ~40 objects a line, which sets off
+    dozens of collections that find nothing (a syntax tree has no cycles; ~10% of a cold
+    lint). Reference counting still frees everything; the previous state comes back."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def lint_source(source: str | bytes, filename: str = "<script>") -> LintResult:
     """Every rule over one script's text."""
-    try:
-        script = parse(source, filename)
-    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes
-        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
-        return LintResult(problem=f"not parsed: {type(exc).__name__}{where}")
-    found = {
-        (node.lineno, node.col_offset, rule.id): _finding(rule, node.lineno, node.col_offset)
-        for rule in RULES
-        for node in rule.check(script)
-    }
+    with _no_collection():
+        try:
+            script = parse(source, filename)
+        except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes
+            where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+            return LintResult(problem=f"not parsed: {type(exc).__name__}{where}")
+        found = {
+            (node.lineno, node.col_offset, rule.id): _finding(rule, node.lineno, node.col_offset)
+            for rule in RULES
+            for node in rule.check(script)
+        }
     return LintResult(findings=tuple(found[key] for key in sorted(found)))
 
 

@@ -149,6 +149,12 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
         stack += children(node)
 
 
+_INDEXED = frozenset(
+    {ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.Assign, ast.For, ast.Import}
+    | {ast.ImportFrom}
+)
+
+
 def parse(source: str | bytes, filename: str = "<script>") -> Script:
     """Parse and index the script (SyntaxError propagates: the caller says so)."""
     tree = ast.parse(source, filename=filename)
@@ -173,6 +179,8 @@ def parse(source: str | bytes, filename: str = "<script>") -> Script:
             elif isinstance(value, ast.AST):
                 parents[value] = node
                 stack.append((value, inner))
+        if kind not in _INDEXED:
+            continue  # most nodes: only their children matter
         if isinstance(node, ast.Call):
             calls.append((node, scope))
         elif isinstance(node, ast.Name):
