@@ -2,14 +2,9 @@
 
 from safelaunch.supervisor.hang import Beat, HangEvidence, RankProgress
 from safelaunch.supervisor.keeper import Keeper
-from safelaunch.supervisor.loop import (
-    AttemptRecord,
-    PeerWatch,
-    RankExit,
-    open_attempt_logs,
-    supervise,
-)
+from safelaunch.supervisor.loop import supervise
 from safelaunch.supervisor.procs import become_subreaper
+from safelaunch.supervisor.record import AttemptRecord, PeerWatch, RankExit, open_attempt_logs
 from safelaunch.supervisor.signals import SignalReceiver
 
 __all__ = [

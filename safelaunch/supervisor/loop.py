@@ -13,23 +13,14 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from safelaunch.console import Console
-from safelaunch.plan import LaunchPlan, Timebox, WorkerSpec
-from safelaunch.supervisor.activity import ActivityWatch
-from safelaunch.supervisor.activity import sample as sample_activity
+from safelaunch.plan import LaunchPlan, WorkerSpec
+from safelaunch.supervisor import teardown
+from safelaunch.supervisor.ending import kill_everything, sweep_strays
 from safelaunch.supervisor.flight import request_records
-from safelaunch.supervisor.hang import (
-    HangEvidence,
-    RankProgress,
-    is_hung,
-    last_progress,
-    passed_point,
-    read_beat,
-)
+from safelaunch.supervisor.hang import HangEvidence, RankProgress
 from safelaunch.supervisor.interrupts import (
     OWN_SIGNAL_WAIT,
     expects_own_signal,
@@ -37,92 +28,33 @@ from safelaunch.supervisor.interrupts import (
     stopped_from,
 )
 from safelaunch.supervisor.lines import rank_label
-from safelaunch.supervisor.live import LiveState, RankNow, Writer
-from safelaunch.supervisor.procs import (
-    is_alive,
-    job_processes,
-    process_state,
-    reap_strays,
-    signal_group,
-    signal_pids,
-)
+from safelaunch.supervisor.live import LiveState, Writer
+from safelaunch.supervisor.procs import process_state, reap_strays, signal_group, signal_pids
+from safelaunch.supervisor.record import AttemptRecord, PeerWatch, RankExit
 from safelaunch.supervisor.signals import SignalReceiver
+from safelaunch.supervisor.signs import RankSigns
 from safelaunch.supervisor.spawn import StartedRank, start_rank
 from safelaunch.supervisor.stacks import collect_stacks, save_evidence
+from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
+from safelaunch.supervisor.watchers import (
+    HANG_WORD,
+    Clock,
+    HangWatch,
+    PeerWatcher,
+    StopReason,
+    SystemClock,
+    Throttle,
+    TimeboxWatch,
+    Watcher,
+    poll_all,
+)
 
-HANG_WORD = "hang:"  # in a node's stop announcement: the others take their stacks too
 ACTIVITY_EVERY = 0.5  # seconds between looks at the ranks' process trees in /proc
-STRAY_GRACE = 2.0  # once every rank is gone, nothing is left to coordinate with
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CONSOLE_CLOSE = 2.0  # a console blocked longer is left behind: the files have everything
 CANNOT_RUN = 127  # shell convention for "command could not be run"
 _COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
-
-
-class PeerWatch(Protocol):
-    """Multi-node: the other nodes, as the supervisor sees them (safelaunch.rendezvous)."""
-
-    def poll(self) -> str | None:
-        """Why this node must stop its ranks now (another node stopped, or vanished)."""
-
-    def announce(self, why: str) -> None:
-        """This node is stopping its ranks: tell the others."""
-
-    def share(self, snapshot: str) -> dict[int, str]:
-        """This node's live snapshot out; every other node's latest one in (by node)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankExit:
-    """How one rank's process ended (returncode as Popen gives it: -N for signal N)."""
-
-    rank: int
-    local_rank: int
-    pid: int | None
-    returncode: int
-    ended_after: float  # seconds after the attempt started
-    log_path: Path
-    error_file: Path
-    start_error: str | None = None  # why the rank's command could not run
-    skipped: bool = False  # never started: an earlier rank's command could not run
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptRecord:
-    """What happened in one attempt, for the outcome stage to judge."""
-
-    plan: LaunchPlan
-    exits: tuple[RankExit, ...]
-    teardown_after: float | None  # when safelaunch began stopping ranks itself
-    teardown_cause: str | None  # "rank failed", "signal", "hang", or a rerun's "passed"/"timebox"
-    interrupt_signal: int | None
-    hang: HangEvidence | None
-    strays_ended: int
-    log_problems: tuple[str, ...]
-    duration: float
-    timebox_note: str | None = None  # why an isolation rerun was stopped early
-    peer_event: str | None = None  # multi-node: why another node made this one stop
-
-
-def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
-    """Create the attempt directory and launcher.log; False (with a warning) if impossible."""
-    try:
-        plan.attempt_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(
-            plan.attempt_dir / "launcher.log",
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o644,
-        )
-    except OSError as exc:
-        console.say(
-            f"cannot write logs under {plan.attempt_dir}: {exc.strerror}; "
-            "the job runs with console output only",
-            "warning",
-        )
-        return False
-    console.attach_log(fd)
-    return True
 
 
 def supervise(
@@ -134,6 +66,7 @@ def supervise(
     keeper_pid: int | None = None,
     peers: PeerWatch | None = None,
     write_file: Writer | None = None,
+    clock: Clock | None = None,
 ) -> AttemptRecord:
     """Run the attempt to its end; every process it started is gone on return.
 
@@ -141,7 +74,8 @@ def supervise(
     it, the attempt's live state is kept for `safelaunch status` and the timeline.
     """
     live = LiveState(plan, write_file, peers) if write_file is not None and logs_ok else None
-    return _Attempt(plan, console, signals, logs_ok, keeper_pid, peers, live).run()
+    attempt = _Attempt(plan, console, signals, logs_ok, keeper_pid, peers, live, clock)
+    return attempt.run()
 
 
 class _Attempt:
@@ -154,7 +88,9 @@ class _Attempt:
         keeper_pid: int | None,
         peers: PeerWatch | None = None,
         live: LiveState | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self._clock = clock or SystemClock()
         self._plan = plan
         self._live = live
         self._peers = peers
@@ -169,21 +105,26 @@ class _Attempt:
         self._tees: dict[int, RankTee] = {}
         self._spawned_at: dict[int, float] = {}  # wall clock
         self._hang: HangEvidence | None = None
-        self._next_hang_check = 0.0
-        self._next_activity_check = 0.0
-        self._activity = ActivityWatch()
         self._writer = ConsoleWriter(console)
         self._filtered: dict[int, FilteredLog] = {}
         self._log_problems: list[str] = []
-        self._t0 = time.monotonic()
-        self._wall0 = time.time()
-        self._teardown_at: float | None = None
-        self._deadline: float | None = None
-        self._cause: str | None = None
+        self._t0 = self._clock.monotonic()
+        self._wall0 = self._clock.wall()
+        self._signs = RankSigns(
+            plan=plan,
+            clock=self._clock,
+            ranks=self._ranks,
+            exits=self._exits,
+            tees=self._tees,
+            spawned_at=self._spawned_at,
+            wall0=self._wall0,
+        )
+        self._td = teardown.RUNNING
         self._interrupt: int | None = None
-        self._killed = False
-        self._next_timebox_check = 0.0
         self._timebox_note: str | None = None
+        self._every_tick, self._throttled = self._watchers()
+        # hang and time-box checks read files: at most twice per heartbeat interval
+        self._throttle = Throttle(max(0.1, plan.heartbeat_interval / 2))
 
     def run(self) -> AttemptRecord:
         strays = 0
@@ -192,25 +133,27 @@ class _Attempt:
             self._start_threads(log_fds)
             self._watch()
             self._count_signalled_as_stopped()
-            strays = self._sweep_strays()
+            strays = sweep_strays(
+                self._plan.run.token, self._keeper, self._plan.shutdown_timeout, self._td.deadline
+            )
             if self._live is not None:
-                teardown = None if self._teardown_at is None else self._wall(self._teardown_at)
-                self._live.finish(self._now(), teardown, self._cause)
+                began = None if self._td.began_at is None else self._wall(self._td.began_at)
+                self._live.finish(self._signs.now(), began, self._td.cause)
         except BaseException:
-            self._kill_everything()
+            kill_everything(self._ranks.values(), self._plan.run.token, self._keeper)
             raise
         finally:
             self._stop_threads()
         return AttemptRecord(
             plan=self._plan,
             exits=tuple(self._exits[r] for r in sorted(self._exits)),
-            teardown_after=None if self._teardown_at is None else self._teardown_at - self._t0,
-            teardown_cause=self._cause,
+            teardown_after=None if self._td.began_at is None else self._td.began_at - self._t0,
+            teardown_cause=self._td.cause,
             interrupt_signal=self._interrupt,
             hang=self._hang,
             strays_ended=strays,
             log_problems=tuple(self._log_problems),
-            duration=time.monotonic() - self._t0,
+            duration=self._clock.monotonic() - self._t0,
             timebox_note=self._timebox_note,
             peer_event=self._peer_event,
         )
@@ -227,7 +170,7 @@ class _Attempt:
                 continue
             log_fds[spec.rank] = self._open_rank_log(spec)
             try:
-                self._spawned_at[spec.rank] = time.time()
+                self._spawned_at[spec.rank] = self._clock.wall()
                 self._ranks[spec.rank] = start_rank(spec, self._plan.split_streams)
             except OSError as exc:
                 self._record_exit(spec, None, CANNOT_RUN, f"could not start: {exc}")
@@ -281,7 +224,7 @@ class _Attempt:
 
     def _wait_for(self, started: StartedRank) -> None:
         returncode = started.process.wait()
-        self._events.put((started.spec.rank, returncode, time.monotonic()))
+        self._events.put((started.spec.rank, returncode, self._clock.monotonic()))
 
     def _log_error(self, rank: int, path: Path, exc: OSError, offset: int) -> None:
         problem = f"rank {rank}'s log {path} is incomplete after byte {offset}: {exc.strerror}"
@@ -296,7 +239,7 @@ class _Attempt:
             self._collect(self._plan.monitor_interval)
             reap_strays(keep=set(self._ranks_pids()) | self._keeper)
             self._act_on_signals()
-            if self._teardown_at is None and self._any_failure():
+            if self._td.running and self._any_failure():
                 first = min(
                     (e for e in self._exits.values() if e.returncode != 0),
                     key=lambda e: e.ended_after,
@@ -304,18 +247,18 @@ class _Attempt:
                 self._tell_peers(f"rank {first.rank} failed (returncode {first.returncode})")
                 # what the survivors were waiting for, before SIGTERM ends them
                 self._request_flight_records()
-                self._begin_teardown("rank failed", signal.SIGTERM)
-            if self._teardown_at is None and self._peers is not None:
-                self._check_peers(self._peers)
-            deadline_passed = self._deadline is not None and time.monotonic() >= self._deadline
-            if deadline_passed and not self._killed:
-                self._kill_ranks()
-            if self._teardown_at is None and self._plan.hang_timeout > 0:
-                self._check_hang()
-            if self._teardown_at is None and self._plan.rerun is not None:
-                self._check_timebox(self._plan.rerun.timebox)
-            if self._live is not None and self._live.due(time.time()):
-                self._live.poll(time.time(), self._now())
+                self._begin_teardown(TeardownCause.RANK_FAILED, signal.SIGTERM)
+            now = self._clock.monotonic()
+            self._td, kill = teardown.tick(self._td, now)
+            if kill:
+                for pid in self._ranks_pids():
+                    signal_group(pid, signal.SIGKILL)
+            if self._td.running:
+                reason = poll_all(self._every_tick, self._throttled, self._throttle, now)
+                if reason is not None:
+                    self._stop(reason)
+            if self._live is not None and self._live.due(self._clock.wall()):
+                self._live.poll(self._clock.wall(), self._signs.now())
         self._await_own_signal()
 
     def _collect(self, timeout: float) -> None:
@@ -341,7 +284,7 @@ class _Attempt:
         ended_at: float | None = None,
         skipped: bool = False,
     ) -> None:
-        ended_at = time.monotonic() if ended_at is None else ended_at
+        ended_at = self._clock.monotonic() if ended_at is None else ended_at
         self._exits[spec.rank] = RankExit(
             rank=spec.rank,
             local_rank=spec.local_rank,
@@ -356,28 +299,6 @@ class _Attempt:
 
     def _wall(self, monotonic: float) -> float:
         return self._wall0 + (monotonic - self._t0)
-
-    def _now(self) -> list[RankNow]:
-        """Every rank as the supervisor sees it now, for the live state."""
-        views = []
-        for spec in self._plan.workers:
-            started = self._ranks.get(spec.rank)
-            ended = self._exits.get(spec.rank)
-            tee = self._tees.get(spec.rank)
-            views.append(
-                RankNow(
-                    rank=spec.rank,
-                    local_rank=spec.local_rank,
-                    pid=started.process.pid if started is not None else None,
-                    spawned_at=self._spawned_at.get(spec.rank) if started is not None else None,
-                    heartbeat_file=spec.heartbeat_file,
-                    bootstrapped=spec.bootstrapped and self._plan.hang_timeout > 0,
-                    last_output=tee.last_output if tee is not None else None,
-                    returncode=ended.returncode if ended is not None else None,
-                    ended_at=self._wall0 + ended.ended_after if ended is not None else None,
-                )
-            )
-        return views
 
     def _any_failure(self) -> bool:
         return any(e.returncode != 0 for e in self._exits.values())
@@ -394,28 +315,27 @@ class _Attempt:
         for signum in self._signals.take_passed_on():
             self._pass_on(signum)
         for signum in self._signals.take():
-            if self._teardown_at is None:
+            if self._td.running:
                 self._interrupt = signum
                 self._tell_peers(f"interrupted by {signal.Signals(signum).name}")
                 self._console.say(
                     f"received {signal.Signals(signum).name}: forwarding it to every rank "
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
                 )
-                self._begin_teardown("signal", signum)
+                self._begin_teardown(TeardownCause.SIGNAL, signum)
             elif self._interrupt is None and signal_explains(
-                signum, self._cause, self._failed_codes(), self._peer_event
+                signum, self._td.cause, self._failed_codes(), self._peer_event
             ):
                 self._signal_reached_ranks_first(signum)
             elif self._interrupt is None:  # already stopping for another reason
                 self._interrupt = signum
                 self._console.say(
                     f"received {signal.Signals(signum).name} while stopping the ranks "
-                    f"({self._cause}): SIGKILL at the deadline as planned; again to kill now"
+                    f"({self._td.cause}): SIGKILL at the deadline as planned; again to kill now"
                 )
             else:
                 self._console.say(f"received {signal.Signals(signum).name} again: killing now")
-                self._deadline = time.monotonic()
-                self._killed = False
+                self._td = teardown.kill_now(self._td, self._clock.monotonic())
 
     def _pass_on(self, signum: int) -> None:
         """SIGUSR1/SIGUSR2: to each live rank's own process; the job goes on."""
@@ -441,7 +361,7 @@ class _Attempt:
             f"failure (SIGKILL at the deadline, {self._plan.shutdown_timeout:g} s after the first)"
         )
         self._interrupt = signum
-        self._cause = "signal"
+        self._td = teardown.recause(self._td, TeardownCause.SIGNAL)
         self._tell_peers(f"interrupted by {name}")
 
     def _count_signalled_as_stopped(self) -> None:
@@ -451,11 +371,12 @@ class _Attempt:
         before that (within a tick, or before the launcher's copy arrived: SLURM signals
         the whole step) was ended by the same request, not by a fault of its own.
         """
-        if self._cause != "signal" or self._interrupt is None or self._teardown_at is None:
+        began = self._td.began_at
+        if self._td.cause is not TeardownCause.SIGNAL or self._interrupt is None or began is None:
             return
         ended = [(e.returncode, e.ended_after) for e in self._exits.values()]
-        since = stopped_from(self._interrupt, self._teardown_at - self._t0, ended)
-        self._teardown_at = self._t0 + since
+        since = stopped_from(self._interrupt, began - self._t0, ended)
+        self._td = teardown.moved_back(self._td, self._t0 + since)
 
     def _await_own_signal(self) -> None:
         """Every rank died of a signal the launcher handles: wait briefly for its own copy.
@@ -464,18 +385,17 @@ class _Attempt:
         signal arrives; without this short wait an scancel would read as a rank failure.
         """
         if self._interrupt is not None or not expects_own_signal(
-            self._cause, self._failed_codes(), self._signals.stopping
+            self._td.cause, self._failed_codes(), self._signals.stopping
         ):
             return
-        until = time.monotonic() + OWN_SIGNAL_WAIT
-        while time.monotonic() < until and self._interrupt is None:
+        until = self._clock.monotonic() + OWN_SIGNAL_WAIT
+        while self._clock.monotonic() < until and self._interrupt is None:
             self._act_on_signals()
             time.sleep(0.02)
 
-    def _begin_teardown(self, cause: str, signum: int) -> None:
-        self._teardown_at = time.monotonic()
-        self._deadline = self._teardown_at + self._plan.shutdown_timeout
-        self._cause = cause
+    def _begin_teardown(self, cause: TeardownCause, signum: int) -> None:
+        now = self._clock.monotonic()
+        self._td = teardown.begin(self._td, cause, signum, now, self._plan.shutdown_timeout)
         for pid in self._ranks_pids():  # exited ranks too: their children share the group
             signal_group(pid, signum)
             signal_group(pid, signal.SIGCONT)  # a stopped rank can only act on it running
@@ -485,46 +405,44 @@ class _Attempt:
         with contextlib.suppress(OSError):
             request_records(live, self._plan.attempt_dir, signalled=False)
 
-    # --- hangs ----------------------------------------------------------------
+    # --- watchers -------------------------------------------------------------
 
-    def _check_hang(self) -> None:
-        now = time.monotonic()
-        if now < self._next_hang_check:
+    def _watchers(self) -> tuple[list[Watcher], list[Watcher]]:
+        """Polled every tick (another node's news), and at the shared throttle's pace."""
+        every_tick: list[Watcher] = []
+        throttled: list[Watcher] = []
+        if self._peers is not None:
+            every_tick.append(
+                PeerWatcher(clock=self._clock, peers=self._peers, progress=self._signs.progress)
+            )
+        if self._plan.hang_timeout > 0:
+            hang = HangWatch(
+                clock=self._clock,
+                progress=self._signs.progress,
+                sample=self._signs.sample,
+                sample_every=max(ACTIVITY_EVERY, self._plan.heartbeat_interval),
+                timeout=self._plan.hang_timeout,
+                interval=self._plan.heartbeat_interval,
+            )
+            throttled.append(hang)
+        if self._plan.rerun is not None:
+            box = TimeboxWatch(
+                box=self._plan.rerun.timebox, started_at=self._t0, beats=self._signs.beats
+            )
+            throttled.append(box)
+        return every_tick, throttled
+
+    def _stop(self, reason: StopReason) -> None:
+        """Act on a watcher's reason: take the evidence, say why, start the teardown."""
+        if reason.peer_event is not None:
+            self._peer_event = reason.peer_event
+        if reason.note is not None:
+            self._timebox_note = reason.note
+        if reason.cause is TeardownCause.HANG:
+            self._declare_hang(list(reason.progress), reason.detected_at, reason.peer_event)
             return
-        self._next_hang_check = now + max(0.1, self._plan.heartbeat_interval / 2)
-        if now >= self._next_activity_check:  # a pass over /proc: not every tick
-            self._next_activity_check = now + max(ACTIVITY_EVERY, self._plan.heartbeat_interval)
-            live = {r: s.process.pid for r, s in self._ranks.items() if r not in self._exits}
-            beats = {r: read_beat(r, self._ranks[r].spec.heartbeat_file) for r in live}
-            self._activity.update(sample_activity(live), beats, time.time())
-        progress = self._progress()
-        wall = time.time()
-        if is_hung(progress, wall, self._plan.hang_timeout, self._plan.heartbeat_interval):
-            self._declare_hang(progress, wall)
-
-    def _progress(self) -> list[RankProgress]:
-        """Every live rank's latest sign of progress."""
-        progress = []
-        for rank, started in self._ranks.items():
-            if rank in self._exits:
-                continue
-            beat = read_beat(rank, started.spec.heartbeat_file)
-            last = last_progress(
-                beat,
-                self._tees[rank].last_output,
-                self._spawned_at[rank],
-                started.spec.bootstrapped,
-                self._activity.last_work.get(rank),
-            )
-            progress.append(
-                RankProgress(
-                    rank=rank,
-                    last_progress=last,
-                    beat=beat,
-                    heartbeat=started.spec.bootstrapped and self._plan.hang_timeout > 0,
-                )
-            )
-        return progress
+        self._console.say(reason.say)
+        self._begin_teardown(reason.cause, signal.SIGTERM)
 
     def _declare_hang(
         self, progress: list[RankProgress], wall: float, because: str | None = None
@@ -548,95 +466,16 @@ class _Attempt:
         save_evidence(self._hang, self._plan.attempt_dir / "stacks" / "hang.json")
         if because is None:
             self._tell_peers(f"{HANG_WORD} no progress for {self._plan.hang_timeout:g} s")
-        self._begin_teardown("hang", signal.SIGTERM)
-
-    # --- other nodes ----------------------------------------------------------
+        self._begin_teardown(TeardownCause.HANG, signal.SIGTERM)
 
     def _tell_peers(self, what: str) -> None:
         if self._peers is not None:
             self._peers.announce(f"node {self._plan.node}: {what}")
 
-    def _check_peers(self, peers: PeerWatch) -> None:
-        event = peers.poll()
-        if event is None:
-            return
-        self._peer_event = event
-        progress = self._progress()
-        if HANG_WORD in event and progress:  # where are this node's ranks? the culprit may be here
-            self._declare_hang(progress, time.time(), because=event)
-            return
-        self._console.say(f"stopping this node's ranks: {event}")
-        self._begin_teardown("peer", signal.SIGTERM)
-
-    # --- isolation reruns -----------------------------------------------------
-
-    def _check_timebox(self, box: Timebox) -> None:
-        """Stop a rerun once it is clearly past where the job failed, or at its cap."""
-        now = time.monotonic()
-        if now < self._next_timebox_check:
-            return
-        self._next_timebox_check = now + max(0.1, self._plan.heartbeat_interval / 2)
-        live = [s for rank, s in self._ranks.items() if rank not in self._exits]
-        if not live:
-            return
-        beats = [read_beat(s.spec.rank, s.spec.heartbeat_file) for s in live]
-        note = passed_point(box, beats, now - self._t0)
-        if note is not None:
-            self._timebox_note = note
-            self._console.say(f"isolation: {note}: stopping the rerun, it has shown enough")
-            self._begin_teardown("passed", signal.SIGTERM)
-        elif now - self._t0 >= box.cap_s:
-            self._timebox_note = f"still running at the {box.cap_s:g} s cap (--isolate-timeout)"
-            self._console.say(f"isolation: {self._timebox_note}: stopping the rerun")
-            self._begin_teardown("timebox", signal.SIGTERM)
-
-    def _kill_ranks(self) -> None:
-        for pid in self._ranks_pids():
-            signal_group(pid, signal.SIGKILL)
-        self._killed = True
-
     # --- ending ---------------------------------------------------------------
 
-    def _find_strays(self) -> set[int]:
-        return job_processes(self._plan.run.token, below=os.getpid(), exclude=self._keeper)
-
-    def _sweep_strays(self) -> int:
-        """End what the ranks left behind: own sessions, SIGTERM-ignorers, daemons."""
-        strays = self._find_strays()
-        if not strays:
-            return 0
-        now = time.monotonic()
-        end = now + min(STRAY_GRACE, self._plan.shutdown_timeout)
-        if self._deadline is not None:
-            end = min(end, max(self._deadline, now))
-        signal_pids(strays, signal.SIGTERM)
-        seen = set(strays)
-        while time.monotonic() < end and any(is_alive(pid) for pid in strays):
-            time.sleep(0.05)
-            reap_strays(keep=self._keeper)
-        for _ in range(20):  # a dying process may still start another
-            left = {pid for pid in strays if is_alive(pid)} | self._find_strays()
-            if not left:
-                break
-            seen |= left
-            signal_pids(left, signal.SIGKILL)
-            time.sleep(0.02)
-            reap_strays(keep=self._keeper)
-            strays = left
-        return len(seen)
-
-    def _kill_everything(self) -> None:
-        """The launcher itself failed: leave nothing running."""
-        for pid in self._ranks_pids():
-            signal_group(pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            signal_pids(self._find_strays(), signal.SIGKILL)
-        for started in self._ranks.values():
-            with contextlib.suppress(Exception):
-                started.process.wait(timeout=5)
-
     def _stop_threads(self) -> None:
-        until = time.monotonic() + TEE_DRAIN
+        until = self._clock.monotonic() + TEE_DRAIN
         for tee in self._tees.values():
             tee.stop_by(until)
         for tee in self._tees.values():

@@ -1,0 +1,78 @@
+"""What the supervisor hands on: how each rank ended, what happened in the attempt."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from safelaunch.console import Console
+from safelaunch.plan import LaunchPlan
+from safelaunch.supervisor.hang import HangEvidence
+from safelaunch.supervisor.teardown import TeardownCause
+
+
+class PeerWatch(Protocol):
+    """Multi-node: the other nodes, as the supervisor sees them (safelaunch.rendezvous)."""
+
+    def poll(self) -> str | None:
+        """Why this node must stop its ranks now (another node stopped, or vanished)."""
+
+    def announce(self, why: str) -> None:
+        """This node is stopping its ranks: tell the others."""
+
+    def share(self, snapshot: str) -> dict[int, str]:
+        """This node's live snapshot out; every other node's latest one in (by node)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankExit:
+    """How one rank's process ended (returncode as Popen gives it: -N for signal N)."""
+
+    rank: int
+    local_rank: int
+    pid: int | None
+    returncode: int
+    ended_after: float  # seconds after the attempt started
+    log_path: Path
+    error_file: Path
+    start_error: str | None = None  # why the rank's command could not run
+    skipped: bool = False  # never started: an earlier rank's command could not run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptRecord:
+    """What happened in one attempt, for the outcome stage to judge."""
+
+    plan: LaunchPlan
+    exits: tuple[RankExit, ...]
+    teardown_after: float | None  # when safelaunch began stopping ranks itself
+    teardown_cause: TeardownCause | None
+    interrupt_signal: int | None
+    hang: HangEvidence | None
+    strays_ended: int
+    log_problems: tuple[str, ...]
+    duration: float
+    timebox_note: str | None = None  # why an isolation rerun was stopped early
+    peer_event: str | None = None  # multi-node: why another node made this one stop
+
+
+def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
+    """Create the attempt directory and launcher.log; False (with a warning) if impossible."""
+    try:
+        plan.attempt_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            plan.attempt_dir / "launcher.log",
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+        )
+    except OSError as exc:
+        console.say(
+            f"cannot write logs under {plan.attempt_dir}: {exc.strerror}; "
+            "the job runs with console output only",
+            "warning",
+        )
+        return False
+    console.attach_log(fd)
+    return True

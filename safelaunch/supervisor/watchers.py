@@ -1,0 +1,175 @@
+"""The loop's periodic checks as watchers: each says, when polled, why the ranks must stop.
+
+The loop polls them with the time from an injected clock and acts on what they return
+(stack collection, signals, announcements); a watcher only reads. A replayed-event test
+drives them with a fake clock and scripted sources (tests/test_supervisor_replay.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from safelaunch.plan import Timebox
+from safelaunch.supervisor.hang import Beat, RankProgress, is_hung, passed_point
+from safelaunch.supervisor.teardown import TeardownCause
+
+HANG_WORD = "hang:"  # in a node's stop announcement: the others take their stacks too
+
+
+class Clock(Protocol):
+    """Monotonic time for deadlines and throttles; wall time for heartbeats (files)."""
+
+    def monotonic(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+
+class PeerPoll(Protocol):
+    def poll(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReason:
+    """Why a watcher wants the ranks stopped, with what the loop needs to act on it."""
+
+    cause: TeardownCause
+    say: str = ""  # the console line (a hang's is written where its stacks are taken)
+    note: str | None = None  # an isolation rerun's: why it was stopped early
+    peer_event: str | None = None  # what another node announced
+    progress: tuple[RankProgress, ...] = ()  # a hang: every live rank's last progress
+    detected_at: float = 0.0  # a hang: wall time
+
+
+class Throttle:
+    """At most one look per `every` seconds (the first look is due at once)."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._next = 0.0
+
+    def due(self, now: float) -> bool:
+        if now < self._next:
+            return False
+        self._next = now + self.every
+        return True
+
+
+class Watcher(Protocol):
+    def poll(self, now: float) -> StopReason | None: ...
+
+
+def poll_all(
+    every_tick: Sequence[Watcher], throttled: Sequence[Watcher], throttle: Throttle, now: float
+) -> StopReason | None:
+    """The first reason to stop; throttled watchers share one throttle (cost: file reads)."""
+    for watcher in every_tick:
+        reason = watcher.poll(now)
+        if reason is not None:
+            return reason
+    if throttled and throttle.due(now):
+        for watcher in throttled:
+            reason = watcher.poll(now)
+            if reason is not None:
+                return reason
+    return None
+
+
+class HangWatch:
+    """No live rank made progress for the hang timeout (rules in supervisor/hang.py).
+
+    `progress`: every live rank's latest sign of progress; `sample`: a pass over /proc that
+    updates the ranks' activity (costly: at its own slower pace, `sample_every`).
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        progress: Callable[[], list[RankProgress]],
+        sample: Callable[[], None],
+        sample_every: float,
+        timeout: float,
+        interval: float,
+    ) -> None:
+        self._clock = clock
+        self._progress = progress
+        self._sample = sample
+        self._sampling = Throttle(sample_every)
+        self._timeout = timeout
+        self._interval = interval
+
+    def poll(self, now: float) -> StopReason | None:
+        if self._sampling.due(now):
+            self._sample()
+        progress = self._progress()
+        wall = self._clock.wall()
+        if not is_hung(progress, wall, self._timeout, self._interval):
+            return None
+        return StopReason(cause=TeardownCause.HANG, progress=tuple(progress), detected_at=wall)
+
+
+class PeerWatcher:
+    """Multi-node: another node stopped or vanished; a hang there is looked for here too."""
+
+    def __init__(
+        self, *, clock: Clock, peers: PeerPoll, progress: Callable[[], list[RankProgress]]
+    ) -> None:
+        self._clock = clock
+        self._peers = peers
+        self._progress = progress
+
+    def poll(self, now: float) -> StopReason | None:
+        event = self._peers.poll()
+        if event is None:
+            return None
+        progress = self._progress()
+        if HANG_WORD in event and progress:  # where are this node's ranks? the culprit may be here
+            return StopReason(
+                cause=TeardownCause.HANG,
+                peer_event=event,
+                progress=tuple(progress),
+                detected_at=self._clock.wall(),
+            )
+        return StopReason(
+            cause=TeardownCause.PEER, peer_event=event, say=f"stopping this node's ranks: {event}"
+        )
+
+
+class TimeboxWatch:
+    """An isolation rerun: stop it once clearly past where the job failed, or at its cap."""
+
+    def __init__(
+        self, *, box: Timebox, started_at: float, beats: Callable[[], list[Beat | None]]
+    ) -> None:
+        self._box = box
+        self._t0 = started_at
+        self._beats = beats  # the live ranks' latest heartbeats
+
+    def poll(self, now: float) -> StopReason | None:
+        beats = self._beats()
+        if not beats:
+            return None
+        note = passed_point(self._box, beats, now - self._t0)
+        if note is not None:
+            return StopReason(
+                cause=TeardownCause.PASSED,
+                note=note,
+                say=f"isolation: {note}: stopping the rerun, it has shown enough",
+            )
+        if now - self._t0 >= self._box.cap_s:
+            note = f"still running at the {self._box.cap_s:g} s cap (--isolate-timeout)"
+            return StopReason(
+                cause=TeardownCause.TIMEBOX, note=note, say=f"isolation: {note}: stopping the rerun"
+            )
+        return None
