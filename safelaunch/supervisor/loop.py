@@ -27,14 +27,14 @@ from safelaunch.supervisor.interrupts import (
     signal_explains,
     stopped_from,
 )
-from safelaunch.supervisor.lines import rank_label
 from safelaunch.supervisor.live import LiveState, Writer
-from safelaunch.supervisor.procs import process_state, reap_strays, signal_group, signal_pids
+from safelaunch.supervisor.procs import reap_strays, signal_group, signal_pids
 from safelaunch.supervisor.record import AttemptRecord, PeerWatch, RankExit
 from safelaunch.supervisor.signals import SignalReceiver
 from safelaunch.supervisor.signs import RankSigns
 from safelaunch.supervisor.spawn import StartedRank, start_rank
-from safelaunch.supervisor.stacks import collect_stacks, save_evidence
+from safelaunch.supervisor.stacks import take_evidence
+from safelaunch.supervisor.starting import filtered_logs, open_rank_log, rank_prefix
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
 from safelaunch.supervisor.watchers import (
@@ -54,7 +54,6 @@ ACTIVITY_EVERY = 0.5  # seconds between looks at the ranks' process trees in /pr
 TEE_DRAIN = 5.0  # how long readers may wait for pipes a stranger still holds open
 CONSOLE_CLOSE = 2.0  # a console blocked longer is left behind: the files have everything
 CANNOT_RUN = 127  # shell convention for "command could not be run"
-_COLOURS = ("36", "32", "35", "34", "33", "96", "92", "95")
 
 
 def supervise(
@@ -168,7 +167,7 @@ class _Attempt:
             if self._exits:  # an earlier rank could not start: the same argv fails here too
                 self._record_exit(spec, None, CANNOT_RUN, skipped=True)
                 continue
-            log_fds[spec.rank] = self._open_rank_log(spec)
+            log_fds[spec.rank] = open_rank_log(spec, self._log_error) if self._logs_ok else None
             try:
                 self._spawned_at[spec.rank] = self._clock.wall()
                 self._ranks[spec.rank] = start_rank(spec, self._plan.split_streams)
@@ -180,31 +179,17 @@ class _Attempt:
                     os.close(fd)
         return log_fds
 
-    def _open_rank_log(self, spec: WorkerSpec) -> int | None:
-        if not self._logs_ok:
-            return None
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW  # never through a link
-            return os.open(spec.log_path, flags, 0o644)
-        except OSError as exc:
-            self._log_error(spec.rank, spec.log_path, exc, 0)
-            return None
-
     def _start_threads(self, log_fds: dict[int, int | None]) -> None:
         self._writer.start()
         if self._logs_ok:
-            for stream, filters in self._plan.duplicate_filters.items():
-                if filters:
-                    name = "filtered_stdout.log" if stream == 1 else "filtered_stderr.log"
-                    self._filtered[stream] = FilteredLog(self._plan.attempt_dir / name, filters)
-        width = len(str(max(w.rank for w in self._plan.workers)))
+            self._filtered.update(filtered_logs(self._plan))
         for rank, started in self._ranks.items():
             tee = RankTee(
                 rank=rank,
                 pipes=started.pipes,
                 log_fd=log_fds[rank],
                 log_path=started.spec.log_path,
-                prefix=self._prefix(rank, width),
+                prefix=rank_prefix(self._plan, rank),
                 shown_streams=started.spec.console_streams,
                 writer=self._writer,
                 filtered=self._filtered,
@@ -215,12 +200,6 @@ class _Attempt:
             threading.Thread(
                 target=self._wait_for, args=(started,), name=f"safelaunch-wait-{rank}", daemon=True
             ).start()
-
-    def _prefix(self, rank: int, width: int) -> str:
-        label = rank_label(rank, width, self._plan.node)
-        if not self._plan.color:
-            return label + " "
-        return f"\x1b[{_COLOURS[rank % len(_COLOURS)]}m{label}\x1b[0m "
 
     def _wait_for(self, started: StartedRank) -> None:
         returncode = started.process.wait()
@@ -447,23 +426,14 @@ class _Attempt:
     def _declare_hang(
         self, progress: list[RankProgress], wall: float, because: str | None = None
     ) -> None:
-        live = [self._ranks[p.rank] for p in progress]
-        states = {s.spec.rank: process_state(s.process.pid) for s in live}
         self._console.say(
             f"hang on {because}: collecting every rank's stack here too, then stopping"
             if because
             else f"hang: no rank made progress for {self._plan.hang_timeout:g} s "
             "(--hang-timeout); collecting every rank's stack, then stopping the job"
         )
-        self._hang = HangEvidence(
-            detected_at=wall,
-            timeout=self._plan.hang_timeout,
-            interval=self._plan.heartbeat_interval,
-            ranks=tuple(progress),
-            states=states,
-            stack_files=collect_stacks(live, self._plan.attempt_dir / "stacks"),
-        )
-        save_evidence(self._hang, self._plan.attempt_dir / "stacks" / "hang.json")
+        live = [self._ranks[p.rank] for p in progress]
+        self._hang = take_evidence(live, progress, wall, self._plan)
         if because is None:
             self._tell_peers(f"{HANG_WORD} no progress for {self._plan.hang_timeout:g} s")
         self._begin_teardown(TeardownCause.HANG, signal.SIGTERM)

@@ -10,13 +10,30 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from safelaunch.plan import DUMP_SIGNAL
+from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.supervisor.flight import flight_dir, uses_collectives, wait_for_records
-from safelaunch.supervisor.hang import HangEvidence
+from safelaunch.supervisor.hang import HangEvidence, RankProgress
 from safelaunch.supervisor.procs import process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
 
 STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later); py-spy ~1 s
+
+
+def take_evidence(
+    live: list[StartedRank], progress: list[RankProgress], wall: float, plan: LaunchPlan
+) -> HangEvidence:
+    """A declared hang's evidence: states, every live rank's stacks; saved as hang.json."""
+    states = {s.spec.rank: process_state(s.process.pid) for s in live}
+    evidence = HangEvidence(
+        detected_at=wall,
+        timeout=plan.hang_timeout,
+        interval=plan.heartbeat_interval,
+        ranks=tuple(progress),
+        states=states,
+        stack_files=collect_stacks(live, plan.attempt_dir / "stacks"),
+    )
+    save_evidence(evidence, plan.attempt_dir / "stacks" / "hang.json")
+    return evidence
 
 
 def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
