@@ -84,3 +84,45 @@ def test_the_walk_is_bounded(tmp_path: Path) -> None:
     deep.mkdir(parents=True)
     (tmp_path / "loop").symlink_to(tmp_path)  # never followed
     assert max(len(p.relative_to(tmp_path).parts) for p in walk(tmp_path)) == 8
+
+
+def test_without_re2_the_launcher_still_diagnoses_a_failure(tmp_path: Path) -> None:
+    """An image without google-re2's wheel (the GPU machines') still starts and diagnoses.
+
+    The job runs with `re2` unimportable (a sitecustomize blocks it in the launcher): the
+    summary still names the signature, and a 1 MB line is searched on its first 4 KiB.
+    """
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['re2'] = None\n")
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import sys\nprint('x ' * 500000)\n"
+        "raise MemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    )
+    path = os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=path, SAFELAUNCH_ISOLATE="never")
+    probe = subprocess.run(
+        [*safelaunch_cmd()[:1], "-c", "import safelaunch.diagnose.match as m; print(m.re2)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.stdout.strip() == "None", probe.stderr
+    run = subprocess.run(
+        safelaunch_cmd("--log-dir", str(tmp_path / "logs"), "--nproc-per-node=1", str(script)),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = "\n".join(
+        line[:300]
+        for line in (run.stdout + run.stderr).splitlines()
+        if line.startswith("safelaunch")
+    )
+    assert run.returncode == 1, said
+    assert "Traceback" not in run.stderr
+    assert "class: resources" in said, said

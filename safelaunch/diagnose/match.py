@@ -5,16 +5,24 @@ linear in the log, whatever the pattern. Python's `re` backtracks: `x .* y` over
 line of `x x x ...` is quadratic (a 1 MB line took minutes), and a user's `(a+)+$` is
 exponential. RE2 has no backreferences or lookaround; user patterns are checked against
 it when their file is read (user_signatures.py).
+
+Without google-re2 (a minimal or offline image: the GPU machines' image lacks the wheel) the
+launcher must still start and diagnose: Python's `re` runs the same patterns, on lines cut
+to FALLBACK_LINE_CHARS, which bounds the backtracking per line instead of removing it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import re2  # type: ignore[import-untyped]
+try:
+    import re2  # type: ignore[import-untyped]
+except ImportError:  # pragma: no cover - exercised by a subprocess test
+    re2 = None
 
 from safelaunch.diagnose.frames import RANK_MARKER
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
@@ -22,7 +30,13 @@ from safelaunch.diagnose.signatures import SIGNATURES, Signature
 EVIDENCE_CHARS = 400  # the matched line as shown: a 1 MB progress-bar line is cut around the hit
 
 
+FALLBACK_LINE_CHARS = 4096  # without RE2: what `re` sees of each line
+PATTERN_ERROR: type[Exception] = re.error if re2 is None else re2.error
+
+
 def _options() -> Any:
+    if re2 is None:
+        return None
     options = re2.Options()
     options.log_errors = False  # a bad user pattern is reported once, as a ConfigError
     return options
@@ -32,8 +46,17 @@ OPTIONS = _options()
 
 
 def compile_pattern(pattern: str) -> Any:
-    """An RE2 pattern; re2.error for what RE2 cannot run."""
+    """An RE2 pattern (PATTERN_ERROR for what it cannot run); `re` where RE2 is missing."""
+    if re2 is None:
+        return re.compile(pattern)
     return re2.compile(pattern, OPTIONS)
+
+
+def _bounded(text: str) -> str:
+    """The text as the engine may search it: whole with RE2, long lines cut for `re`."""
+    if re2 is not None:
+        return text
+    return "\n".join(line[:FALLBACK_LINE_CHARS] for line in text.split("\n"))
 
 
 # A loss printed as nan/inf, even when nothing raised ("loss nan", "loss=inf", "'loss': nan").
@@ -65,6 +88,7 @@ def _line_at(text: str, position: int) -> str:
 
 def matches(text: str, signum: int | None, table: Sequence[Signature] = SIGNATURES) -> list[Match]:
     """Every signature that fits, in table order (the first is the most specific)."""
+    text = _bounded(text)
     found = []
     for signature in table:
         if signum is not None and signum in signature.signals:
@@ -85,5 +109,6 @@ def cause(found: Sequence[Match]) -> Match | None:
 
 def non_finite_loss(text: str) -> str | None:
     """The first line reporting a NaN/inf loss: training went bad even if nothing raised."""
+    text = _bounded(text)
     hit = _NON_FINITE_LOSS.search(text)
     return _line_at(text, hit.start()) if hit else None

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import re2  # type: ignore[import-untyped]
-
-from safelaunch.diagnose.match import compile_pattern
+from safelaunch.diagnose.match import PATTERN_ERROR, compile_pattern
 from safelaunch.diagnose.signatures import CLASSES, SIGNATURES, UNKNOWN, Signature
 from safelaunch.errors import ConfigError
 from safelaunch.userfiles import BadFile, load_toml
@@ -54,7 +52,7 @@ def _check_pattern(pattern: str) -> None:
         raise TypeError(f"a pattern is {len(pattern)} characters long (at most {MAX_USER_PATTERN})")
     try:
         compile_pattern(pattern)
-    except re2.error as exc:
+    except PATTERN_ERROR as exc:
         why = (
             exc.args[0].decode(errors="replace")
             if exc.args and isinstance(exc.args[0], bytes)
