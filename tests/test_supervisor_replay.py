@@ -51,13 +51,14 @@ def replay(events: list[tuple[float, str, object]]) -> list[tuple[float, str, ob
             state = teardown.begin(state, TeardownCause.RANK_FAILED, signal.SIGTERM, now, GRACE)
             actions.append((now, "send", signal.SIGTERM))
         elif event == "signal" and isinstance(arg, int):
-            if state.running:
+            act = teardown.on_signal(state, interrupt is not None, explains=False)
+            if act == "begin":
                 interrupt = arg
                 state = teardown.begin(state, TeardownCause.SIGNAL, arg, now, GRACE)
                 actions.append((now, "send", arg))
-            elif interrupt is None:
+            elif act == "noted":
                 interrupt = arg  # already stopping: SIGKILL at the deadline as planned
-            else:
+            elif act == "kill now":
                 state = teardown.kill_now(state, now)
         elif event == "stop" and isinstance(arg, TeardownCause) and state.running:
             state = teardown.begin(state, arg, signal.SIGTERM, now, GRACE)
@@ -106,6 +107,14 @@ def test_signal_kill_now_after_kill_kills_again() -> None:
     ]
     kills = [a for a in replay(history) if a[1] == "send" and a[2] == signal.SIGKILL]
     assert [t for t, _, _ in kills] == [5.0, 5.5]
+
+
+def test_a_signal_the_ranks_got_first_turns_the_failure_teardown_into_the_interrupt() -> None:
+    failing = teardown.begin(teardown.RUNNING, TeardownCause.RANK_FAILED, 15, 10.0, GRACE)
+    assert teardown.on_signal(teardown.RUNNING, False, explains=False) == "begin"
+    assert teardown.on_signal(failing, False, explains=True) == "reached first"
+    assert teardown.on_signal(failing, False, explains=False) == "noted"
+    assert teardown.on_signal(failing, True, explains=True) == "kill now"
 
 
 def test_recause_and_moved_back_keep_the_deadline() -> None:

@@ -294,26 +294,29 @@ class _Attempt:
         for signum in self._signals.take_passed_on():
             self._pass_on(signum)
         for signum in self._signals.take():
-            if self._td.running:
+            name = signal.Signals(signum).name
+            explains = signal_explains(
+                signum, self._td.cause, self._failed_codes(), self._peer_event
+            )
+            act = teardown.on_signal(self._td, self._interrupt is not None, explains)
+            if act == "begin":
                 self._interrupt = signum
-                self._tell_peers(f"interrupted by {signal.Signals(signum).name}")
+                self._tell_peers(f"interrupted by {name}")
                 self._console.say(
-                    f"received {signal.Signals(signum).name}: forwarding it to every rank "
+                    f"received {name}: forwarding it to every rank "
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
                 )
                 self._begin_teardown(TeardownCause.SIGNAL, signum)
-            elif self._interrupt is None and signal_explains(
-                signum, self._td.cause, self._failed_codes(), self._peer_event
-            ):
+            elif act == "reached first":
                 self._signal_reached_ranks_first(signum)
-            elif self._interrupt is None:  # already stopping for another reason
+            elif act == "noted":  # already stopping for another reason
                 self._interrupt = signum
                 self._console.say(
-                    f"received {signal.Signals(signum).name} while stopping the ranks "
+                    f"received {name} while stopping the ranks "
                     f"({self._td.cause}): SIGKILL at the deadline as planned; again to kill now"
                 )
             else:
-                self._console.say(f"received {signal.Signals(signum).name} again: killing now")
+                self._console.say(f"received {name} again: killing now")
                 self._td = teardown.kill_now(self._td, self._clock.monotonic())
 
     def _pass_on(self, signum: int) -> None:

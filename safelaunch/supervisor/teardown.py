@@ -31,6 +31,9 @@ class TeardownCause(str, Enum):
 
 
 Phase = Literal["running", "stopping", "killed"]
+# What a stopping signal to the launcher does: start the teardown; turn the one under way
+# into this interrupt (the ranks got it first); note it (stopping already); kill now.
+SignalAct = Literal["begin", "reached first", "noted", "kill now"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,16 @@ def begin(state: Teardown, cause: TeardownCause, signum: int, now: float, grace:
     if not state.running:
         return state
     return Teardown("stopping", now, now + grace, cause, signum)
+
+
+def on_signal(state: Teardown, interrupted: bool, explains: bool) -> SignalAct:
+    """A stopping signal arrived; `interrupted`: one already did; `explains`: it is what
+    ended the ranks whose failures started the teardown (interrupts.signal_explains)."""
+    if state.running:
+        return "begin"
+    if not interrupted:
+        return "reached first" if explains else "noted"
+    return "kill now"
 
 
 def tick(state: Teardown, now: float) -> tuple[Teardown, bool]:
