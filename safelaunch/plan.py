@@ -28,6 +28,13 @@ FLIGHT_DIR = "flight"  # in the attempt directory: each rank's flight record, on
 GLOO_TIMEOUT_FACTOR = 4  # a Gloo rerun's collectives are slower: the user's timeouts stretch
 
 
+# An isolation rerun is a diagnostic: its ranks skip checkpoints (SAFELAUNCH_RERUN), so no
+# save is worth waiting for when it is stopped (a user's Ctrl-C, its time box). Ranks
+# blocked in a collective whose peer left can ignore SIGTERM/SIGINT until torch's timeout;
+# with the job's --shutdown-timeout (30 s) a Ctrl-C during a rerun took 30 s to be honoured.
+RERUN_SHUTDOWN_S = 1.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunIdentity:
     """Names shared by every attempt of one run."""
@@ -307,7 +314,11 @@ def build_plan(
         workers=tuple(workers),
         split_streams=split,
         duplicate_filters=MappingProxyType(filters),
-        shutdown_timeout=config.shutdown_timeout,
+        shutdown_timeout=(
+            config.shutdown_timeout
+            if rerun is None
+            else min(config.shutdown_timeout, RERUN_SHUTDOWN_S)
+        ),
         monitor_interval=config.monitor_interval,
         color=config.color,
         env_choices=choices,

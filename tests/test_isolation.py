@@ -240,9 +240,15 @@ def test_ctrl_c_during_a_rerun_keeps_the_jobs_code_and_writes_the_report(tmp_pat
     while not list((tmp_path / "logs").glob("*/isolate_gloo/rank1.comm.json")):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.1)
+    sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
+    latency = time.monotonic() - sent
     assert proc.returncode == 1, stderr  # the job's failure, not the interrupted diagnosis
+    # The bound is the feature (a signal is honoured within a second in every phase, the
+    # rerun included): measured 0.4-0.9 s; 5 s is the margin for a loaded CI machine.
+    print(f"SIGINT during the rerun: launcher gone after {latency:.2f} s")
+    assert latency < 5.0, latency
     report = json.loads(next((tmp_path / "logs").glob("*/attempt_0/report.json")).read_text())
     [rerun] = report["isolation"]["reruns"]
     assert rerun["status"] == "interrupted" and rerun["verdict"] == "interrupted"
