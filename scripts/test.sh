@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install --quiet -e '.[test]'
-exec .venv/bin/python -m pytest "$@"
+# Two workers: most tests wait on real processes (hang timeouts, teardowns, SLURM jobs)
+# rather than compute, so two at a time fit 2 cores; PYTEST_WORKERS=0 runs them in one.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
