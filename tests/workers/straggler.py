@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 CASE = os.environ.get("CASE", "balanced")
-STEPS = 16
+STEPS = 32
 LOAD, FORWARD = 0.15, 0.05
 
 
