@@ -345,8 +345,14 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
         snapshot = json.loads((_live_file(where)).read_text())
         stacks_file = Path(snapshot["private_dir"]) / "rank1.stacks"
         before = stacks_file.stat().st_size
-        looks = [_status_start(where, *args) for args in (["--json"], [], ["--stacks"])]
+        # --stacks last: the dump it asks for is output (progress) for the ranks, so a look
+        # taken after it would see rank 0's idle time start again (seen on an idle machine,
+        # where the three looks ran fast enough to overlap)
+        looks = [_status_start(where, *args) for args in (["--json"], [])]
         done = [look.communicate(timeout=60) for look in looks]
+        stacks_look = _status_start(where, "--stacks")
+        looks.append(stacks_look)
+        done.append(stacks_look.communicate(timeout=60))
         after = stacks_file.stat().st_size
         alive = all(_alive(r["pid"]) for r in snapshot["ranks"])
         flight = (where / "logs" / "latest").resolve() / "attempt_0" / "flight"
