@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from safelaunch.plan import Timebox
 
@@ -115,6 +116,14 @@ def read_beat(rank: int, path: Path) -> Beat | None:
     """The rank's current record; None when absent or being replaced."""
     try:
         record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return beat_from_record(rank, record)
+
+
+def beat_from_record(rank: int, record: Any) -> Beat | None:
+    """A heartbeat record as the rank wrote it (rank/beat.py); None when malformed."""
+    try:
         return Beat(
             rank=rank,
             time=float(record["time"]),
@@ -125,7 +134,7 @@ def read_beat(rank: int, path: Path) -> Beat | None:
             spins=bool(record.get("spins", False)),
             cost=float(record.get("cost", 0.0)),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
-from safelaunch.supervisor.hang import Beat
+from safelaunch.supervisor.hang import Beat, beat_from_record
 
 LIVE_SCHEMA = "safelaunch.live/1"  # docs/status.md
 HISTORY_SCHEMA = "safelaunch.history/1"
@@ -74,22 +74,6 @@ def read_record(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and "since" in record else None
-
-
-def _beat(rank: int, record: dict[str, Any] | None) -> Beat | None:
-    if record is None:
-        return None
-    try:
-        return Beat(
-            rank=rank,
-            time=float(record["time"]),
-            since=float(record["since"]),
-            frames=tuple((str(f), int(n), str(fn)) for f, n, fn in record["frames"]),
-            step=record.get("step"),
-            seq=record.get("seq"),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _append(series: list[list[float]], when: float, value: object) -> None:
@@ -207,7 +191,7 @@ class LiveState:
             record = self._records.get(rank.rank)
         else:
             self._records[rank.rank] = record
-        beat = _beat(rank.rank, record)
+        beat = None if record is None else beat_from_record(rank.rank, record)
         # Not hang.last_progress: its start-up allowance is patience, not a time something
         # happened, and this is shown and drawn as one.
         seen = [t for t in (rank.last_output, beat and beat.since) if t]
