@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
+from safelaunch.diagnose.gloo_limits import GLOO_LIMITS
 from safelaunch.diagnose.match import cause, matches
 from safelaunch.diagnose.policy import Backend, backend_of
-from safelaunch.diagnose.signatures import ENVIRONMENT, GLOO_LIMITS, Signature
+from safelaunch.diagnose.signatures import ENVIRONMENT, Signature
 from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, PASSED, SUCCEEDED, TIMEBOXED, Outcome
 from safelaunch.plan import LaunchPlan, Rerun, Timebox
 from safelaunch.supervisor.hang import read_beat

@@ -2,7 +2,8 @@
 
 Texts are the exact ones measured with torch 2.13 (shared/reference/diagnosis-facts.md);
 GPU-only texts are known but were not reproduced here. Order matters: the first match
-wins, so specific signatures come before generic ones. Matching lives in match.py.
+wins, so specific signatures come before generic ones. Matching lives in match.py; what a
+Gloo rerun cannot run, in gloo_limits.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ DATA = "data/sampling"
 MODEL = "model/gradient"
 RESOURCES = "resources"
 UNKNOWN = "unknown"
+CLASSES = (ENVIRONMENT, COMMUNICATION, DATA, MODEL, RESOURCES, UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -397,42 +399,3 @@ SIGNATURES: tuple[Signature, ...] = (
         isolation_helps=True,
     ),
 )
-
-# What Gloo cannot do that NCCL can: seen in a Gloo isolation rerun, they mean "this rerun
-# cannot judge the program", never a verdict. Texts measured on CPU with torch 2.13;
-# send/recv of CUDA tensors (GPU only) is not reproduced here.
-GLOO_LIMITS: tuple[Signature, ...] = (
-    Signature(
-        id="gloo-premul-sum",
-        klass=ENVIRONMENT,
-        patterns=(r"Cannot use ReduceOp\.PREMUL_SUM with Gloo",),
-        meaning="the program reduces with ReduceOp.PREMUL_SUM (e.g. FSDP2 with a gradient "
-        "divide factor), which only NCCL has",
-        next_steps=("to use the Gloo rerun, reduce with SUM and scale the result yourself",),
-    ),
-    Signature(
-        id="gloo-float8",
-        klass=ENVIRONMENT,
-        patterns=(r"Invalid scalar type",),
-        meaning="a collective on a dtype Gloo does not support (float8)",
-        next_steps=("to use the Gloo rerun, communicate in bfloat16 or float32",),
-    ),
-    Signature(
-        id="gloo-uneven-all-gather",
-        klass=ENVIRONMENT,
-        patterns=(r"ProcessGroupGloo::allgather: invalid tensor size",),
-        meaning="an all_gather with a different tensor size on each rank: NCCL accepts it, "
-        "Gloo does not",
-        next_steps=("to use the Gloo rerun, pad to the largest size before all_gather",),
-    ),
-    Signature(
-        id="gloo-single-tensor",
-        klass=ENVIRONMENT,
-        patterns=(r"ProcessGroupGloo::\w+ takes a single tensor",),
-        meaning="a point-to-point call with a tensor list, which Gloo does not take",
-        next_steps=("to use the Gloo rerun, send one tensor per call",),
-    ),
-)
-
-
-CLASSES = (ENVIRONMENT, COMMUNICATION, DATA, MODEL, RESOURCES, UNKNOWN)
