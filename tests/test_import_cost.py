@@ -1,0 +1,48 @@
+"""What the launcher and every rank import: the launch cost guarded without a clock.
+
+Each rank pays its bootstrap's imports at start, and a launch pays the launcher's before
+the first rank starts; the timings are bench/per_rank.py's (wall-clock bounds do not
+belong in pass/fail tests). These guard the modules that were measured to cost and are
+not needed there, in a fresh interpreter each.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+NEW_MODULES = (
+    "import sys; before = set(sys.modules); {imports}; "
+    "print(' '.join(sorted(set(sys.modules) - before)))"
+)
+
+
+def imported_by(imports: str) -> set[str]:
+    """The modules a fresh interpreter loads for `imports` (beyond what site loaded)."""
+    code = NEW_MODULES.format(imports=imports)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_the_rank_bootstrap_imports_nothing_of_the_launcher_and_no_typing() -> None:
+    loaded = imported_by("from safelaunch.rank.bootstrap import main")
+    assert "safelaunch.rank.bootstrap" in loaded
+    ours = {m for m in loaded if m.startswith("safelaunch")}
+    assert ours <= {"safelaunch", "safelaunch.rank"} | {
+        f"safelaunch.rank.{name}"
+        for name in ("beat", "bootstrap", "flight", "names", "phases", "swap")
+    }
+    # ~2 ms of every rank's start for annotations only (safelaunch/__init__.py)
+    assert "typing" not in loaded
+
+
+def test_the_cli_loads_no_launch_machinery_before_it_parses() -> None:
+    loaded = imported_by("import safelaunch.cli")
+    heavy = ("safelaunch.launch", "safelaunch.diagnose", "safelaunch.report", "safelaunch.view")
+    assert not {m for m in loaded if m.startswith(heavy)}
+
+
+def test_the_package_itself_stays_light() -> None:
+    """`python -m safelaunch` imports the package before it can catch a Ctrl-C."""
+    loaded = imported_by("import safelaunch")
+    assert loaded <= {"safelaunch", "__future__"}
