@@ -40,10 +40,17 @@ def die_with(parent_pid: int) -> Callable[[], None]:
     return hook
 
 
+def _read(path: str) -> bytes:
+    """A /proc file's bytes (OSError when the process is gone): plain open, not pathlib,
+    because a sweep reads two files of every process on the machine."""
+    with open(path, "rb") as file:
+        return file.read()
+
+
 def _stat(pid: int) -> tuple[bytes, int] | None:
     """(state letter, parent pid) from /proc/PID/stat; None when the process is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        stat = _read(f"/proc/{pid}/stat")
     except OSError:
         return None
     fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)  # comm may contain anything
@@ -61,7 +68,7 @@ class Seen:
 def _identity(pid: int) -> tuple[int, Seen] | None:
     """(parent pid, Seen) of a live process; None when gone or a zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        stat = _read(f"/proc/{pid}/stat")
     except OSError:
         return None
     fields = stat[stat.rfind(b")") + 2 :].split(b" ")
@@ -132,16 +139,16 @@ def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ())
     skip = set(exclude) | {os.getpid()}
     children: dict[int, list[int]] = {}
     found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
             continue
-        pid = int(entry.name)
+        pid = int(name)
         stat = _stat(pid)
         if stat is None or stat[0] == b"Z" or pid in skip:
             continue
         children.setdefault(stat[1], []).append(pid)
         with contextlib.suppress(OSError):  # gone, or not ours to read
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
+            if needle in _read(f"/proc/{name}/environ").split(b"\0"):
                 found.add(pid)
     stack = list(children.get(below, [])) if below is not None else []
     while stack:
