@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from safelaunch import __version__
+from safelaunch import __version__, exitcodes
 from safelaunch.preflight import DEFAULT_MASTER_ADDR
 from safelaunch.preflight.inventory import read_inventory, to_json
 from safelaunch.preflight.mapping import plan_gpus
@@ -77,4 +77,4 @@ def doctor(nproc: int | None, master_addr: str | None, as_json: bool) -> tuple[s
     """The report, and an exit code: 0 ok or warnings, 78 when a check fails."""
     report = examine(nproc, master_addr)
     text = json.dumps(report, indent=1) if as_json else render(report)
-    return text, 78 if report["verdict"] == ERROR else 0
+    return text, exitcodes.PREFLIGHT if report["verdict"] == ERROR else exitcodes.SUCCESS

@@ -6,6 +6,8 @@ in that window would otherwise print a traceback.
 
 import sys
 
+from safelaunch import exitcodes  # imports only `signal`: no window worth guarding
+
 
 def main() -> None:
     """Import the CLI, then run it (safelaunch.cli.main handles Ctrl-C from there on)."""
@@ -13,5 +15,5 @@ def main() -> None:
         from safelaunch.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("safelaunch: interrupted before any rank started\n")
-        sys.exit(130)
+        sys.exit(exitcodes.INTERRUPTED)
     cli_main()

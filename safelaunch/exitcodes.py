@@ -2,11 +2,14 @@
 
 A worker failure makes safelaunch exit with the root-cause rank's own code
 (128 + N when it died of signal N); the values below are what safelaunch
-itself decides.
+itself decides. Every subcommand's code is one of these names.
 """
+
+import signal
 
 SUCCESS = 0
 SYNTAX = 1  # the entry script does not compile: nothing started; python itself exits 1
+LINT_FINDINGS = 1  # `safelaunch lint`: an error or warning found (hints alone: 0), as linters do
 USAGE = 2  # bad flag or value: nothing was started (click and argparse use 2 too)
 NODE_LOST = 69  # multi-node: a node never joined, or vanished during the job (EX_UNAVAILABLE)
 INTERNAL = 70  # a bug in safelaunch (sysexits EX_SOFTWARE); please report it
@@ -18,3 +21,6 @@ SIGNAL_BASE = 128  # interrupted by signal N, or a rank killed by signal N: 128 
 def for_signal(signum: int) -> int:
     """Exit code a shell reports for death by `signum`."""
     return SIGNAL_BASE + signum
+
+
+INTERRUPTED = for_signal(signal.SIGINT)  # Ctrl-C: 130

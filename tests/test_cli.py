@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+import io
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import cli, safelaunch_cmd, worker
 
 from safelaunch import exitcodes
+from safelaunch.cli import doctor_command, explain_command, lint_command, status_command
+from safelaunch.cli.commands import finish
+from safelaunch.console import Console
+from safelaunch.errors import ConfigError, PreflightError
 
 
 def _nothing_started(tmp_path: Path) -> bool:
@@ -174,3 +181,83 @@ def test_a_node_alone_gives_up_at_the_join_timeout(tmp_path: Path) -> None:
     assert "1/2 clients joined" in result.stderr
     assert "Traceback" not in result.stderr
     assert not list((tmp_path / "pids").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "stderr"),
+    [
+        (None, exitcodes.SUCCESS, ""),
+        (ConfigError("--x=1 is bad", "use 2"), exitcodes.USAGE, "--x=1 is bad; use 2"),
+        (PreflightError("no\nGPU"), exitcodes.PREFLIGHT, "no\\nGPU"),  # one line
+        (KeyboardInterrupt(), exitcodes.INTERRUPTED, "interrupted"),
+    ],
+)
+def test_finish_turns_the_outcome_into_one_exit_code(
+    raised: BaseException | None, code: int, stderr: str
+) -> None:
+    def body() -> int:
+        if raised is not None:
+            raise raised
+        return exitcodes.SUCCESS
+
+    err = io.BytesIO()
+    with pytest.raises(SystemExit) as exited:
+        finish(body, Console(out=io.BytesIO(), err=err))
+    assert exited.value.code == code
+    shown = err.getvalue().decode()
+    assert shown == (f"safelaunch: {'' if code == 130 else 'error: '}{stderr}\n" if stderr else "")
+
+
+def test_finish_calls_any_other_exception_a_bug() -> None:
+    def body() -> int:
+        raise RuntimeError("boom")
+
+    err = io.BytesIO()
+    with pytest.raises(SystemExit) as exited:
+        finish(body, Console(out=io.BytesIO(), err=err))
+    assert exited.value.code == exitcodes.INTERNAL
+    shown = err.getvalue().decode()
+    assert "RuntimeError: boom" in shown and shown.count("internal error: this is a bug") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "needle"),
+    [
+        (explain_command, ["{tmp}/missing"], "no such file or directory"),
+        (lint_command, ["{tmp}/missing.py"], "lint: {tmp}/missing.py: No such file"),
+        (doctor_command, ["--master-addr=bad..name"], "--master-addr"),
+        (status_command, ["--log-dir={tmp}/none"], ""),
+    ],
+)
+def test_subcommand_errors_are_shown_once_with_their_code(
+    tmp_path: Path, command: object, args: list[str], needle: str
+) -> None:
+    argv = [a.format(tmp=tmp_path) for a in args]
+    result = CliRunner().invoke(command, argv, catch_exceptions=False)  # type: ignore[arg-type]
+    assert result.exit_code == exitcodes.USAGE
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("safelaunch: error: "), result.stderr
+    assert needle.format(tmp=tmp_path) in lines[0]
+    assert result.stdout == ""
+
+
+def test_only_the_cli_exits_and_never_with_a_bare_number() -> None:
+    """One exit path: sys.exit is called in the CLI alone, and no code is a literal."""
+    package = Path(__file__).parents[1] / "safelaunch"
+    exits: dict[str, list[str]] = {}
+    literal_codes = []
+    for path in sorted(package.rglob("*.py")):
+        where = str(path.relative_to(package))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.exit":
+                exits.setdefault(where, []).append(ast.unparse(node))
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                literal_codes += [
+                    where for t in node.targets if ast.unparse(t).split(".")[-1] == "exit_code"
+                ]
+    assert exits == {
+        "cli/__init__.py": ["sys.exit(exitcodes.INTERRUPTED)"],  # Ctrl-C before any handler
+        "cli/commands.py": ["sys.exit(code)"],  # finish
+        "entry.py": ["sys.exit(exitcodes.INTERRUPTED)"],  # Ctrl-C while importing the CLI
+    }
+    assert literal_codes == []

@@ -8,10 +8,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from safelaunch import exitcodes
+from safelaunch.errors import SafelaunchError
 from safelaunch.lint import Finding, LintResult, lint_source
 from safelaunch.lint.rules import RULES
 
-FOUND = 1  # an error or warning was found (hints alone: 0), as linters do
+
+class UnreadableScript(SafelaunchError):
+    """`safelaunch lint SCRIPT` on a script it cannot read: nothing checked."""
+
+    exit_code = exitcodes.USAGE
 
 
 def render(script: str, result: LintResult) -> str:
@@ -34,16 +39,19 @@ def render(script: str, result: LintResult) -> str:
 
 
 def lint_report(script: str, as_json: bool) -> tuple[str, int]:
-    """The text (or JSON) for the terminal, and the exit code."""
+    """The text (or JSON) for the terminal, and the exit code.
+
+    A script that cannot be read raises UnreadableScript; with --json it is a JSON error
+    on stdout instead, with the same exit code.
+    """
     try:
-        source = Path(script).read_bytes()
-    except OSError as exc:
-        message = f"lint: {script}: {exc.strerror or exc}"
-        if as_json:
-            return json.dumps({"script": script, "error": message}), exitcodes.USAGE
-        return message, exitcodes.USAGE
+        source = _read(script)
+    except UnreadableScript as exc:
+        if not as_json:
+            raise
+        return json.dumps({"script": script, "error": exc.message}), exc.exit_code
     result = lint_source(source, script)
-    code = FOUND if result.blocking else exitcodes.SUCCESS
+    code = exitcodes.LINT_FINDINGS if result.blocking else exitcodes.SUCCESS
     if as_json:
         payload = {
             "script": script,
@@ -52,6 +60,13 @@ def lint_report(script: str, as_json: bool) -> tuple[str, int]:
         }
         return json.dumps(payload, indent=2), code
     return render(script, result), code
+
+
+def _read(script: str) -> bytes:
+    try:
+        return Path(script).read_bytes()
+    except OSError as exc:
+        raise UnreadableScript(f"lint: {script}: {exc.strerror or exc}") from None
 
 
 def lint_banner(script: str, findings: Sequence[Finding]) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
 from safelaunch.lint import Finding as LintFinding
@@ -20,7 +21,7 @@ from safelaunch.preflight.probe import probe_torch, torch_findings
 from safelaunch.preflight.system import ERROR, WARNING, Finding, system_findings
 from safelaunch.preflight.visible import parse_visible
 
-DEFAULT_MASTER_ADDR = "localhost"  # what torchrun 2.13 gives a one-node job (measured)
+DEFAULT_MASTER_ADDR = defaults.MASTER_ADDR
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

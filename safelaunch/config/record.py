@@ -1,0 +1,131 @@
+"""LaunchConfig: what the user asked for, validated, frozen.
+
+Value formats follow torchrun 2.13 exactly (shared/reference/torchrun-2.13.md); their
+parsers are in config/parse.py, the way from the CLI's raw values here in config/build.py.
+Defaults are safelaunch/defaults.py's.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from safelaunch import defaults, values
+from safelaunch.errors import ConfigError
+
+NPROC_NAMES = ("gpu", "cpu", "auto")
+RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+START_METHODS = ("spawn", "fork", "forkserver")
+EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
+NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
+
+# torchrun's Std flags: which of a rank's streams a setting applies to.
+STD_NONE, STD_OUT, STD_ERR, STD_ALL = 0, 1, 2, 3
+
+# (lowest, highest) of every number option; NaN fails both comparisons.
+NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
+    "max_restarts": (0, 1000),
+    "monitor_interval": (0.001, 3600),
+    "node_rank": (0, values.MAX_NODES - 1),
+    "shutdown_timeout": (0, values.WEEK_S),
+    "hang_timeout": (0, values.WEEK_S),
+    "isolate_timeout": (0.001, values.WEEK_S),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSelection:
+    """A torchrun -r/-t value: one Std for every local rank, or `lr:std` pairs."""
+
+    default: int = STD_NONE
+    per_rank: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def for_rank(self, local_rank: int) -> int:
+        """The Std bits that apply to `local_rank`."""
+        return self.per_rank.get(local_rank, self.default)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchConfig:
+    """Every launch option, after parsing and validation."""
+
+    training_script: str
+    training_script_args: tuple[str, ...] = ()
+    nnodes: tuple[int, int] = defaults.NNODES
+    nproc_per_node: int | str = defaults.NPROC_PER_NODE
+    rdzv_backend: str = defaults.RDZV_BACKEND
+    rdzv_endpoint: str = ""
+    rdzv_id: str | None = None
+    rdzv_conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    standalone: bool = False
+    max_restarts: int = defaults.MAX_RESTARTS
+    monitor_interval: float = defaults.MONITOR_INTERVAL_S
+    start_method: str = defaults.START_METHOD
+    role: str = defaults.ROLE
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    log_dir: Path = Path(defaults.LOG_DIR)
+    redirects: StreamSelection = field(default_factory=StreamSelection)
+    tee: StreamSelection = field(default_factory=StreamSelection)
+    local_ranks_filter: frozenset[int] | None = None
+    duplicate_stdout_filters: tuple[str, ...] = ()
+    duplicate_stderr_filters: tuple[str, ...] = ()
+    node_rank: int = defaults.NODE_RANK
+    master_addr: str | None = None
+    master_port: int | None = None
+    signals_to_handle: tuple[signal.Signals, ...] = defaults.SIGNALS_TO_HANDLE
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT_S
+    virtual_local_rank: bool = False
+    color: bool = False
+    hang_timeout: float = defaults.HANG_TIMEOUT_S  # 0 turns hang detection off
+    signatures_file: str | None = None  # the user's own failure signatures (TOML)
+    debug_profile: str = defaults.DEBUG_PROFILE  # safelaunch.debugenv.PROFILES
+    strict: bool = False  # preflight warnings stop the launch too
+    preflight: bool = True  # False: only what must be resolved (rank count, port)
+    lint: bool = True  # the static check of the script for DDP mistakes (safelaunch.lint)
+    local_addr: str | None = None  # multi-node: the address this node advertises
+    origins: tuple[str, ...] = ()  # values taken from SLURM: "nnodes=2 (SLURM_JOB_NUM_NODES)"
+    isolate: str = defaults.ISOLATE  # the Gloo rerun after a failure: auto | always | never
+    isolate_timeout: float = defaults.ISOLATE_TIMEOUT_S  # cap on each isolation rerun, seconds
+    isolate_single: bool = False  # also rerun with one rank
+    isolate_nccl: bool = False  # also rerun with each NCCL transport disabled in turn
+    # The launcher's environment when it started: the base of every rank's env.
+    environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Flags accepted but without effect here, said once at start.
+    notices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.module and self.no_python and not self.run_path:
+            raise ConfigError(
+                "--module and --no-python cannot be used together",
+                "drop one of them (torchrun refuses this too)",
+            )
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts={self.max_restarts} is negative", "use 0 or more")
+        if self.monitor_interval <= 0:
+            raise ConfigError(
+                f"--monitor-interval={self.monitor_interval} must be positive", "try 0.1"
+            )
+        if self.hang_timeout < 0:
+            raise ConfigError(
+                f"--hang-timeout={self.hang_timeout} is negative",
+                "use seconds, or 0 to turn it off",
+            )
+        if self.isolate_timeout <= 0:
+            raise ConfigError(
+                f"--isolate-timeout={self.isolate_timeout} must be positive",
+                "use seconds; --isolate never turns the rerun off",
+            )
+        if self.shutdown_timeout < 0:
+            raise ConfigError(
+                f"--shutdown-timeout={self.shutdown_timeout} is negative", "use seconds >= 0"
+            )
+        for name, (low, high) in NUMBER_BOUNDS.items():
+            flag = "--" + name.replace("_", "-")
+            values.bounded(flag, getattr(self, name), low, high, "see safelaunch --help")
+        if self.master_port is not None:
+            values.bounded("--master-port", self.master_port, 0, 65535, "a TCP port is 0-65535")

@@ -1,0 +1,278 @@
+"""The rank logs at a path, in any layout a run leaves: what `safelaunch explain` reads.
+
+Layouts: a safelaunch log, run or attempt directory (rankK.log); a torchrun log or run
+directory (attempt_N/<local_rank>/{stdout,stderr}.log); a single combined log, such as a
+SLURM .out file, whose rank lines carry `[rankN]:`, safelaunch's multi-node `[node1/rank3]:`
+or torchrun's `[default0]:` prefix.
+Lines without a prefix are the launcher's own (torchrun's ChildFailedError traceback):
+never a rank's error, but torchrun's "Root Cause" block names the failed rank and code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safelaunch import exitcodes
+from safelaunch.diagnose.frames import LINE_PREFIX
+from safelaunch.diagnose.leaving import Leave, leave_from_record
+from safelaunch.diagnose.reading import inside, read_combined, read_stream, read_tail, walk
+from safelaunch.errors import SafelaunchError
+
+# safelaunch's own line on each node of a multi-node job: which host is node N
+_NODE_HOST = re.compile(r"^safelaunch: node (\d+) of \d+ \(([^)]*)\)")
+REPORT_LIMIT = 4 << 20  # report.json: a few KiB per rank
+# torchrun's ChildFailedError block: "Root Cause" and "Failures", a rank and its exitcode each
+_TORCHRUN_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+# Bounded: `.*?` from every "Root Cause" to the end of a huge launcher log is quadratic.
+_TORCHRUN_ROOT = re.compile(r"Root Cause.{0,4096}?rank\s*:\s*(\d+) \(local_rank", re.S)
+# torchrun's agent line: "failed (exitcode: 1) local_rank: 1 (pid: 123) of binary"
+_TORCHRUN_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_TORCHRUN_OWN = re.compile(r"torch\.distributed\.elastic|torch/distributed/(?:run|elastic)|^=+$")
+_RANK_FILE = re.compile(r"^rank(\d+)\.log$")
+
+
+class NoLogs(SafelaunchError):
+    """A path that holds no logs explain can read."""
+
+    exit_code = exitcodes.USAGE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankLog:
+    """What one rank wrote, and how it ended when the layout tells."""
+
+    rank: int
+    path: Path | None
+    text: str
+    signum: int | None = None
+    order: float | None = None  # when it ended, or where its first line is in a combined log
+    code: int | None = None  # its exit code, when the layout tells
+    failed: bool | None = None  # None: judge by its log
+    leave: Leave | None = None
+    node: int | None = None  # a multi-node combined log: the node the rank ran on
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogSet:
+    """The logs found at PATH."""
+
+    layout: str
+    ranks: tuple[RankLog, ...]
+    root_hint: int | None = None  # the launcher's own verdict, where it left one
+    report: dict[str, Any] = field(default_factory=dict)  # safelaunch's report.json
+    hosts: dict[int, str] = field(default_factory=dict)  # node -> host, where the log says
+
+
+def _signal_of(code: int | None) -> int | None:
+    return -code if code is not None and code < 0 else None
+
+
+def _numbered(directory: Path, prefix: str, suffix: str = "") -> list[Path]:
+    """`prefix<N><suffix>` entries of `directory` that stay inside it, by N."""
+    found = []
+    for path in walk(directory, depth=1):
+        number = path.name.removeprefix(prefix).removesuffix(suffix)
+        named = path.name.startswith(prefix) and path.name.endswith(suffix)
+        if named and number.isascii() and number.isdigit() and inside(directory, path):
+            found.append((int(number), path))
+    return [path for _, path in sorted(found)]
+
+
+def _report(attempt: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(read_tail(attempt / "report.json", REPORT_LIMIT))
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _ended(entry: dict[str, Any]) -> tuple[bool | None, int | None, int | None]:
+    """(failed, exit code, signal) of one rank in report.json."""
+    name = str(entry.get("signal"))
+    signum = int(signal.Signals[name]) if name in signal.Signals.__members__ else None
+    state = entry.get("state")
+    code = entry.get("exit_code")
+    if state == "failed":
+        return True, code, signum
+    if state == "succeeded":
+        return False, 0, None
+    return False, None, signum  # stopped by safelaunch, not started
+
+
+def _safelaunch(directory: Path) -> LogSet | None:
+    latest = directory / "latest"
+    if latest.is_dir() and inside(directory, latest):  # never a link out of the tree
+        directory = latest.resolve()
+    attempts = _numbered(directory, "attempt_")
+    attempt = attempts[-1] if attempts else directory
+    logs = _numbered(attempt, "rank", ".log")
+    if not logs:
+        return None
+    report = _report(attempt)
+    entries = {e.get("rank"): e for e in report.get("ranks", []) if isinstance(e, dict)}
+    leaves = (report.get("diagnosis") or {}).get("leaves") or {}
+    ranks = []
+    for path in logs:
+        rank = int(path.stem[4:])
+        entry = entries.get(rank, {})
+        failed, code, signum = _ended(entry) if entry else (None, None, None)
+        leave = leaves.get(str(rank))
+        ranks.append(
+            RankLog(
+                rank=rank,
+                path=path,
+                text=read_tail(path),
+                signum=signum,
+                order=entry.get("ended_after_s"),
+                code=code,
+                failed=failed,
+                leave=leave_from_record(rank, leave) if isinstance(leave, dict) else None,
+            )
+        )
+    return LogSet(layout=f"safelaunch ({attempt.name})", ranks=tuple(ranks), report=report)
+
+
+def _torchrun(directory: Path) -> LogSet | None:
+    found = {
+        p.parent.parent
+        for p in walk(directory)
+        if p.name == "stdout.log"
+        and p.parent.parent.name.startswith("attempt_")
+        and p.parent.parent.name[8:].isdigit()
+        and p.parent.parent.name[8:].isascii()
+    }
+    attempts = sorted(found, key=lambda p: int(p.name[8:]))
+    if not attempts:
+        return None
+    ranks = []
+    for rank_dir in walk(attempts[-1], depth=1):
+        if not (rank_dir.name.isascii() and rank_dir.name.isdigit()):
+            continue
+        text = "".join(read_tail(rank_dir / name) for name in ("stdout.log", "stderr.log"))
+        ranks.append(RankLog(rank=int(rank_dir.name), path=rank_dir / "stderr.log", text=text))
+    return LogSet(layout=f"torchrun ({attempts[-1].name}, local ranks)", ranks=tuple(ranks))
+
+
+def _torchrun_codes(launcher: str) -> dict[int, int]:
+    """Exit codes torchrun printed: its Failures/Root Cause blocks and agent lines.
+
+    -15 (SIGTERM) is torchrun stopping the other ranks after the first failure: left out.
+    """
+    codes = {int(local): int(code) for code, local in _TORCHRUN_EXIT.findall(launcher)}
+    codes.update({int(rank): int(code) for rank, code in _TORCHRUN_RANK.findall(launcher)})
+    return {rank: code for rank, code in codes.items() if code != -15}
+
+
+def _rank_output(launcher: list[str]) -> str:
+    """Unprefixed lines that are not torchrun's own (a rank's output without --tee).
+
+    Dropped: torchrun's log lines, its own ChildFailedError traceback and the
+    failure block after it (that block is read for exit codes, not as a rank's output).
+    """
+    kept: list[str] = []
+    block: list[str] = []  # a traceback being read, until its exception line
+    for line in launcher:
+        if "ChildFailedError" in line and not block:
+            break  # the rest is torchrun's failure report
+        if line.startswith("Traceback (most recent"):
+            block = [line]
+            continue
+        if block:
+            block.append(line)
+            if line[:1].isspace() or not line:
+                continue
+            if not any(_TORCHRUN_OWN.search(b) for b in block):
+                kept.extend(block)
+            elif "ChildFailedError" in line:
+                break
+            block = []
+            continue
+        if not _TORCHRUN_OWN.search(line):
+            kept.append(line)
+    kept.extend(block if not any(_TORCHRUN_OWN.search(b) for b in block) else [])
+    return "\n".join(kept) + "\n"
+
+
+def split_combined(text: str, default_rank: int | None = None) -> LogSet:
+    """Cut a combined log into ranks by their line prefixes.
+
+    Unprefixed lines are the launcher's own, or a rank's output when torchrun ran
+    without --tee: those go to the rank torchrun names as its root cause (or, for one
+    rank's own log file, to that rank).
+    """
+    lines: dict[int, list[str]] = {}
+    first_seen: dict[int, int] = {}
+    nodes: dict[int, int] = {}
+    hosts: dict[int, str] = {}
+    launcher: list[str] = []
+    for number, line in enumerate(text.splitlines()):
+        match = LINE_PREFIX.match(line)
+        if match is None:
+            launcher.append(line)
+            if placed := _NODE_HOST.match(line):
+                hosts[int(placed[1])] = placed[2]
+            continue
+        rank = int(match["rank"])
+        lines.setdefault(rank, []).append(match["text"])
+        first_seen.setdefault(rank, number)
+        if match["node"] is not None:
+            nodes.setdefault(rank, int(match["node"]))
+    joined = "\n".join(launcher)
+    root = _TORCHRUN_ROOT.search(joined)
+    hint = int(root[1]) if root else None
+    codes = _torchrun_codes(joined)
+    owner = hint if hint is not None else default_rank
+    if owner is None and not lines and launcher:
+        owner = 0  # one rank's log: every line is its own
+    if owner is not None:
+        loose = _rank_output(launcher)
+        if loose.strip():
+            lines[owner] = [*loose.splitlines(), *lines.get(owner, [])]
+            first_seen.setdefault(owner, len(text))
+    ranks = tuple(
+        RankLog(
+            rank=rank,
+            path=None,
+            text="\n".join(lines.get(rank, [])) + "\n",
+            signum=_signal_of(codes.get(rank)),
+            order=float(first_seen.get(rank, len(text))),
+            code=codes.get(rank),
+            failed=True if codes.get(rank) else None,
+            node=nodes.get(rank),
+        )
+        for rank in sorted(set(lines) | set(codes))  # a killed rank may have printed nothing
+    )
+    return LogSet(layout="combined log", ranks=ranks, root_hint=hint, hosts=hosts)
+
+
+def load(where: str) -> LogSet:
+    """Find the logs at a path (or on stdin for `-`)."""
+    if where == "-":
+        return split_combined(read_stream(sys.stdin.buffer))
+    path = Path(where)
+    if path.is_file():
+        text = read_combined(path)
+        if text is None:
+            raise NoLogs(f"{where}: cannot be read", "give a readable log file")
+        named = _RANK_FILE.match(path.name)
+        logs = split_combined(text, int(named[1]) if named else None)
+        if named:  # one rank's own log from a run directory
+            return LogSet(layout=f"one rank's log ({path.name})", ranks=logs.ranks)
+        return logs
+    if path.exists() and not path.is_dir():
+        raise NoLogs(f"{where}: not a regular file or a directory", "give a log file")
+    if path.is_dir():
+        found = _safelaunch(path) or _torchrun(path)
+        if found:
+            return found
+        raise NoLogs(
+            f"{where}: no rankK.log nor attempt_N/<rank>/stdout.log below it",
+            "give a safelaunch or torchrun log directory, or one combined log file",
+        )
+    raise NoLogs(f"{where}: no such file or directory", "give a log file, a directory or -")
