@@ -1,8 +1,8 @@
 """LaunchConfig: what the user asked for, validated, frozen.
 
-Value formats follow torchrun 2.13 exactly (shared/reference/torchrun-2.13.md); their
-parsers are in config/parse.py, the way from the CLI's raw values here in config/build.py.
-Defaults are safelaunch/defaults.py's.
+Value formats follow torchrun 2.13 exactly (shared/reference/torchrun-2.13.md): their
+parsers are config/parse.py's; config/build.py turns the CLI's raw values into this
+record. The defaults are safelaunch/defaults.py's.
 """
 
 from __future__ import annotations
