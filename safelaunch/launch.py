@@ -10,8 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from safelaunch import exitcodes
+from safelaunch import exitcodes, multinode
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.diagnose import Diagnosis, diagnose, user_signatures
@@ -32,7 +30,6 @@ from safelaunch.preflight import PreflightReport, run_preflight
 from safelaunch.report import (
     exit_code,
     isolation_record,
-    job_record,
     render_summary,
     render_verdict,
     report_record,
@@ -41,7 +38,7 @@ from safelaunch.report import (
     write_file,
     write_report,
 )
-from safelaunch.slurm import in_step, node_name
+from safelaunch.slurm import in_step
 from safelaunch.supervisor import (
     AttemptRecord,
     Keeper,
@@ -53,7 +50,6 @@ from safelaunch.supervisor import (
 
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
     from safelaunch.diagnose.isolation import CommUse, Verdict
-    from safelaunch.diagnose.nodes import JobVerdict
     from safelaunch.rendezvous.membership import Membership
 
 
@@ -146,7 +142,7 @@ def run(config: LaunchConfig, console: Console) -> int:
         if config.origins:
             console.say("from SLURM (flags win): " + ", ".join(config.origins))
         if config.nnodes[1] > 1:
-            membership = _join(config, preflight, console)
+            membership = multinode.join(config, preflight, console)
         receiver.install()
         point_latest(config.log_dir, identity.run_id)
         session = Session(
@@ -163,7 +159,7 @@ def run(config: LaunchConfig, console: Console) -> int:
     finally:
         _views(identity.run_dir)
         if membership is not None:
-            membership.leave(timeout=LEAVE_TIMEOUT)
+            membership.leave(timeout=multinode.LEAVE_TIMEOUT)
         receiver.settle()  # the code is decided: a late SIGTERM must not replace it
         if keeper is not None:
             keeper.stop()
@@ -181,29 +177,6 @@ def _views(run_dir: Path) -> None:
         write_views(run_dir, write_file)
 
 
-def _join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
-    """Multi-node: torch's rendezvous, the nodes' facts compared, this node placed."""
-    from safelaunch.rendezvous.membership import join
-
-    where = (
-        f"c10d at {config.rdzv_endpoint}"
-        if config.rdzv_backend == "c10d"
-        else f"static at {config.master_addr or '127.0.0.1'}:{config.master_port or 29500}"
-    )
-    low, high = config.nnodes
-    count = str(low) if low == high else f"{low}-{high}"
-    console.say(f"rendezvous ({where}): waiting for {count} node(s)")
-    host = config.local_addr or node_name(config.environ) or socket.getfqdn()
-    membership = join(config, preflight.nproc, preflight.node_facts, host, console.say)
-    place = membership.placement
-    last = place.base_rank + preflight.nproc - 1
-    console.say(
-        f"node {place.node} of {place.nodes} ({host}): ranks {place.base_rank}-{last} of "
-        f"{place.world_size}; every node checked alike (torch, CUDA, NCCL, driver, GPUs)"
-    )
-    return membership
-
-
 def _attempts(session: Session) -> int:
     config, preflight, console = session.config, session.preflight, session.console
     receiver, membership = session.receiver, session.membership
@@ -211,14 +184,16 @@ def _attempts(session: Session) -> int:
     for attempt in range(config.max_restarts + 1):
         late = receiver.take() if attempt else []
         if membership is not None:  # every node starts the attempt, or none does
-            stopping, missing = membership.start_attempt(attempt, not late, START_TIMEOUT)
+            stopping, missing = membership.start_attempt(attempt, not late, multinode.START_TIMEOUT)
             if stopping or missing:
-                return _nodes_not_starting(session, membership, attempt, stopping, missing, late)
+                return multinode.not_starting(console, membership, attempt, stopping, missing, late)
         if late:  # a signal between attempts: do not start another
             console.say(f"received {signal_name(late[0])} before the restart: stopping")
             return exitcodes.for_signal(late[0])
         placement = (
-            membership.placement_for(attempt, START_TIMEOUT) if membership is not None else None
+            membership.placement_for(attempt, multinode.START_TIMEOUT)
+            if membership is not None
+            else None
         )
         plan = build_plan(config, preflight, session.identity, attempt, placement=placement)
         logs_ok = open_attempt_logs(plan, console)
@@ -242,7 +217,15 @@ def _attempts(session: Session) -> int:
             if membership is not None:
                 if closing is not None:  # this node's own; the job's verdict comes last
                     console.say(closing)
-                job = _conclude_nodes(session, membership, attempt, concluded)
+                job = multinode.conclude(
+                    membership,
+                    outcome=concluded.outcome,
+                    diagnosis=concluded.diagnosis,
+                    report=concluded.report,
+                    console=console,
+                    receiver=receiver,
+                    shutdown_timeout=config.shutdown_timeout,
+                )
                 retry, code = job.retryable, job.code
                 closing = f"exit code {job.code} on every node" if job.lines else None
             else:
@@ -271,97 +254,6 @@ def _say_in_attempt_log(console: Console, plan: LaunchPlan, text: str) -> None:
         console.say(text)
     finally:
         console.close_log()
-
-
-def _conclude_nodes(
-    session: Session, membership: Membership, attempt: int, concluded: Concluded
-) -> JobVerdict:
-    """Every node's summary exchanged; the same verdict drawn on every node, and reported."""
-    from safelaunch.diagnose.nodes import conclude_job, node_summary
-
-    place = membership.placement
-    mine = node_summary(
-        concluded.outcome, concluded.diagnosis, concluded.code, place.node, place.hosts[place.node]
-    )
-    timeout = session.config.shutdown_timeout + membership.lost_after + END_SLACK
-    waiting = _WaitForNodes(session, membership)
-    summaries = membership.end_attempt(attempt, mine, timeout, waiting)
-    if waiting.interrupted is not None:
-        job = _stopped_waiting(session, membership, waiting.interrupted, summaries)
-    else:
-        job = conclude_job(
-            summaries, place.hosts, membership.first_stop(attempt), membership.lost_after
-        )
-    if job.lines:  # its "exit code" line is the caller's: the last line printed
-        session.console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
-    concluded.report["job"] = job_record(place, job)
-    write_report(concluded.outcome.attempt_dir / "report.json", concluded.report)
-    return job
-
-
-class _WaitForNodes:
-    """While other nodes' ranks still run: say whom this node waits for; stop on a signal."""
-
-    def __init__(self, session: Session, membership: Membership) -> None:
-        self._session = session
-        self._membership = membership
-        self._said = False
-        self.interrupted: int | None = None
-
-    def poll(self, missing: list[int], waited: float) -> bool:
-        pending = self._session.receiver.pending
-        if pending:
-            self.interrupted = pending[0]
-            return True
-        if not self._said and waited >= SAY_WAITING_AFTER:
-            self._said = True
-            names = ", ".join(self._membership.describe(n) for n in missing)
-            self._session.console.say(
-                f"this node is done; waiting for the job's verdict from {names}, whose "
-                "launcher is alive (its ranks still run; Ctrl-C stops waiting)"
-            )
-        return False
-
-
-def _stopped_waiting(
-    session: Session, membership: Membership, signum: int, summaries: list[Any]
-) -> JobVerdict:
-    """A signal while this node waited for the others: its own stop, said as such."""
-    from safelaunch.diagnose.nodes import JobVerdict
-
-    missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
-    session.console.say(
-        f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping"
-    )
-    return JobVerdict(status=INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=())
-
-
-def _nodes_not_starting(
-    session: Session,
-    membership: Membership,
-    attempt: int,
-    stopping: list[int],
-    missing: list[int],
-    late: list[int],
-) -> int:
-    """Some node will not start the next attempt: none does. The code says why."""
-    names = [membership.describe(n) for n in stopping + missing]
-    if late:
-        session.console.say(f"received {signal_name(late[0])} before the restart: stopping")
-        return exitcodes.for_signal(late[0])
-    if stopping:
-        session.console.say(f"{', '.join(names)} stopped before attempt {attempt}: stopping too")
-        return exitcodes.for_signal(signal.SIGTERM)
-    session.console.say(
-        f"{', '.join(names)} did not come to attempt {attempt} within {START_TIMEOUT:g} s: stopping"
-    )
-    return exitcodes.NODE_LOST
-
-
-START_TIMEOUT = 120.0  # every node reaches an attempt's start within this
-SAY_WAITING_AFTER = 2.0  # a finished node says whom it waits for once the wait is noticeable
-END_SLACK = 30.0  # diagnosis and report time on top of the teardown, before a node counts as lost
-LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read the verdict
 
 
 def _conclude(record: AttemptRecord, session: Session, history: list[dict[str, Any]]) -> Concluded:

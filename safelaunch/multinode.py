@@ -1,0 +1,148 @@
+"""Multi-node orchestration around each attempt: join, start together, one verdict, leave.
+
+The launch loop (launch.py) calls these only for --nnodes > 1. The rules of the verdict
+are diagnose/nodes.py's; the store's keys are rendezvous/membership.py's; this module
+says what the user sees while the nodes join, wait for each other and conclude.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from typing import TYPE_CHECKING, Any
+
+from safelaunch import exitcodes
+from safelaunch.config import LaunchConfig
+from safelaunch.console import Console
+from safelaunch.diagnose import Diagnosis
+from safelaunch.outcome import INTERRUPTED, Outcome, signal_name
+from safelaunch.preflight import PreflightReport
+from safelaunch.report import job_record, write_report
+from safelaunch.slurm import node_name
+from safelaunch.supervisor import SignalReceiver
+
+if TYPE_CHECKING:  # imported where used: a single-node launch needs none of them
+    from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.rendezvous.membership import Membership
+
+START_TIMEOUT = 120.0  # every node reaches an attempt's start within this
+SAY_WAITING_AFTER = 2.0  # a finished node says whom it waits for once the wait is noticeable
+END_SLACK = 30.0  # diagnosis and report time on top of the teardown, before a node counts as lost
+LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read the verdict
+
+
+def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
+    """Torch's rendezvous, the nodes' facts compared, this node placed."""
+    from safelaunch.rendezvous.membership import join as join_nodes
+
+    where = (
+        f"c10d at {config.rdzv_endpoint}"
+        if config.rdzv_backend == "c10d"
+        else f"static at {config.master_addr or '127.0.0.1'}:{config.master_port or 29500}"
+    )
+    low, high = config.nnodes
+    count = str(low) if low == high else f"{low}-{high}"
+    console.say(f"rendezvous ({where}): waiting for {count} node(s)")
+    host = config.local_addr or node_name(config.environ) or socket.getfqdn()
+    membership = join_nodes(config, preflight.nproc, preflight.node_facts, host, console.say)
+    place = membership.placement
+    last = place.base_rank + preflight.nproc - 1
+    console.say(
+        f"node {place.node} of {place.nodes} ({host}): ranks {place.base_rank}-{last} of "
+        f"{place.world_size}; every node checked alike (torch, CUDA, NCCL, driver, GPUs)"
+    )
+    return membership
+
+
+def conclude(
+    membership: Membership,
+    *,
+    outcome: Outcome,
+    diagnosis: Diagnosis,
+    report: dict[str, Any],
+    console: Console,
+    receiver: SignalReceiver,
+    shutdown_timeout: float,
+) -> JobVerdict:
+    """Every node's summary exchanged; the same verdict drawn on every node, and reported.
+
+    `report`: this node's report.json content for the attempt; the verdict is added to
+    it as `job` and the file rewritten.
+    """
+    from safelaunch.diagnose.nodes import conclude_job, node_summary
+
+    place = membership.placement
+    code = int(report["exit_code"])
+    mine = node_summary(outcome, diagnosis, code, place.node, place.hosts[place.node])
+    timeout = shutdown_timeout + membership.lost_after + END_SLACK
+    waiting = WaitForNodes(console, receiver, membership)
+    summaries = membership.end_attempt(outcome.attempt, mine, timeout, waiting)
+    if waiting.interrupted is not None:
+        job = _stopped_waiting(console, membership, waiting.interrupted, summaries)
+    else:
+        job = conclude_job(
+            summaries, place.hosts, membership.first_stop(outcome.attempt), membership.lost_after
+        )
+    if job.lines:  # its "exit code" line is the caller's: the last line printed
+        console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
+    report["job"] = job_record(place, job)
+    write_report(outcome.attempt_dir / "report.json", report)
+    return job
+
+
+class WaitForNodes:
+    """While other nodes' ranks still run: say whom this node waits for; stop on a signal."""
+
+    def __init__(self, console: Console, receiver: SignalReceiver, membership: Membership) -> None:
+        self._console = console
+        self._receiver = receiver
+        self._membership = membership
+        self._said = False
+        self.interrupted: int | None = None
+
+    def poll(self, missing: list[int], waited: float) -> bool:
+        pending = self._receiver.pending
+        if pending:
+            self.interrupted = pending[0]
+            return True
+        if not self._said and waited >= SAY_WAITING_AFTER:
+            self._said = True
+            names = ", ".join(self._membership.describe(n) for n in missing)
+            self._console.say(
+                f"this node is done; waiting for the job's verdict from {names}, whose "
+                "launcher is alive (its ranks still run; Ctrl-C stops waiting)"
+            )
+        return False
+
+
+def _stopped_waiting(
+    console: Console, membership: Membership, signum: int, summaries: list[Any]
+) -> JobVerdict:
+    """A signal while this node waited for the others: its own stop, said as such."""
+    from safelaunch.diagnose.nodes import JobVerdict
+
+    missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
+    console.say(f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping")
+    return JobVerdict(status=INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=())
+
+
+def not_starting(
+    console: Console,
+    membership: Membership,
+    attempt: int,
+    stopping: list[int],
+    missing: list[int],
+    late: list[int],
+) -> int:
+    """Some node will not start the next attempt: none does. The code says why."""
+    names = [membership.describe(n) for n in stopping + missing]
+    if late:
+        console.say(f"received {signal_name(late[0])} before the restart: stopping")
+        return exitcodes.for_signal(late[0])
+    if stopping:
+        console.say(f"{', '.join(names)} stopped before attempt {attempt}: stopping too")
+        return exitcodes.for_signal(signal.SIGTERM)
+    console.say(
+        f"{', '.join(names)} did not come to attempt {attempt} within {START_TIMEOUT:g} s: stopping"
+    )
+    return exitcodes.NODE_LOST
