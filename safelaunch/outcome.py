@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch import exitcodes
+from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 
 SUCCEEDED, FAILED, STOPPED, NOT_STARTED = "succeeded", "failed", "stopped", "not started"
@@ -70,7 +71,7 @@ class Outcome:
     attempt_dir: Path
     hang: HangEvidence | None = None
     timebox_note: str | None = None  # an isolation rerun: why it was stopped early
-    peer_event: str | None = None  # multi-node: another node made this one stop
+    peer_event: NodeStop | None = None  # multi-node: another node made this one stop
 
     @property
     def retryable(self) -> bool:

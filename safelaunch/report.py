@@ -99,7 +99,7 @@ def render_hang(
 ) -> str:
     """Where every rank is, the odd ones out first named, and where the stacks are."""
     lines = [
-        f"HUNG{attempt}: {outcome.peer_event}; where this node's ranks were:"
+        f"HUNG{attempt}: {outcome.peer_event.shown}; where this node's ranks were:"
         if outcome.peer_event
         else f"HUNG{attempt}: no rank made progress for {hang.stuck_for:.1f} s "
         f"(--hang-timeout {hang.timeout:g})"
@@ -199,7 +199,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if outcome.status == HUNG and diagnosis.hang is not None:
         return render_hang(outcome, diagnosis.hang, logs, attempt, diagnosis.collectives)
     if outcome.peer_event is not None and diagnosis.root_cause is None:
-        lines = [f"STOPPED{attempt}: {outcome.peer_event}"]
+        lines = [f"STOPPED{attempt}: {outcome.peer_event.shown}"]
         lines.extend(_group_lines(list(outcome.ranks)))
         lines.extend(notes)
         lines.append(f"logs: {logs}")
@@ -321,7 +321,8 @@ def report_record(
             "last_lines": list(diagnosis.last_lines),
         },
         "isolation": None,  # filled in by isolation_record once the reruns are done
-        "stopped_by_node": outcome.peer_event,  # multi-node: another node stopped this one
+        # multi-node: another node stopped this one (or vanished)
+        "stopped_by_node": outcome.peer_event.shown if outcome.peer_event else None,
         "job": None,  # multi-node: the verdict across nodes (launch fills it in)
         "log_problems": list(outcome.log_problems),
     }

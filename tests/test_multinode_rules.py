@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 from safelaunch.config import build_config
 from safelaunch.diagnose.nodes import conclude_job
 from safelaunch.errors import ConfigError
-from safelaunch.rendezvous import Placement, assign, fact_mismatches
+from safelaunch.rendezvous import Placement, assign, fact_mismatches, stops
 from safelaunch.rendezvous.membership import Joined, Membership
 from safelaunch.rendezvous.reach import probe_target
 from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults
@@ -154,7 +155,7 @@ def test_the_job_verdict_prefers_a_real_cause_and_the_first_announcer() -> None:
         _summary(0, "failed", _root(1, consequence=True), code=1),
         _summary(1, "failed", _root(3), code=3),
     ]
-    job = conclude_job(summaries, ["h0", "h1"], "node 1: rank 3 failed", lost_after=15)
+    job = conclude_job(summaries, ["h0", "h1"], stops.rank_failed(1, 0, 3, 3), lost_after=15)
     assert job.status == "failed" and job.code == 3 and job.root_node == 1 and job.retryable
     assert job.lines[0].startswith("FAILED on node 1 (h1): rank 3 exited with code 3")
 
@@ -208,7 +209,7 @@ def test_a_hang_elsewhere_outranks_the_consequences_it_caused() -> None:
     job = conclude_job(
         [_summary(0, "failed", _root(0, consequence=True), code=134), hung],
         ["h0", "h1"],
-        "node 1: hang: no progress for 3 s",
+        stops.hang(1, 0, 3),
         lost_after=3,
     )
     assert job.status == "hung" and job.code == 124 and job.root_node == 1
@@ -334,3 +335,30 @@ def test_only_a_node_that_does_not_host_the_store_probes_it(
 ) -> None:
     raw = _raw(nnodes="2", master_addr="127.0.0.1", **changes)
     assert probe_target(build_config(raw, {})) == target
+
+
+@pytest.mark.parametrize(
+    ("stop", "shown"),
+    [
+        (stops.rank_failed(1, 2, 3, -15), "node 1: rank 3 failed (returncode -15)"),
+        (stops.interrupted(0, 0, 2), "node 0: interrupted by SIGINT"),
+        (stops.hang(2, 1, 3.0), "node 2: hang: no progress for 3 s"),
+    ],
+)
+def test_a_stop_travels_as_a_record_and_reads_as_before(stop: stops.NodeStop, shown: str) -> None:
+    """The announcement is JSON with its fields; the words are rendered, never parsed."""
+    store = _Store()
+    place = Placement(
+        node=0, nodes=2, base_rank=0, world_size=2, master_addr="a", master_port=1,
+        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
+    )  # fmt: skip
+    joined = Joined(node=0, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
+    membership = Membership(store, joined, place, lost_after=3, beat_every=1)
+    assert membership.first_stop(stop.attempt) is None
+    membership.announce_stop(stop.attempt, stop)
+    membership.announce_stop(stop.attempt, stops.hang(0, stop.attempt, 9))  # the first one wins
+    assert json.loads(store.data[f"attempt/{stop.attempt}/stop"])["kind"] == stop.kind.value
+    assert membership.first_stop(stop.attempt) == stop
+    assert stop.shown == shown == str(stop)
+    with pytest.raises(ValueError, match="not a stop announcement"):
+        stops.from_json("node 1: rank 3 failed (returncode 1)")  # the old prose is not read

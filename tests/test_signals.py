@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import assert_no_orphans, start, worker
 
+from safelaunch.rendezvous import stops
 from safelaunch.supervisor import signals as signals_module
 from safelaunch.supervisor.interrupts import expects_own_signal, signal_explains, stopped_from
 from safelaunch.supervisor.signals import SignalReceiver
+from safelaunch.supervisor.teardown import TeardownCause
 
 pytestmark = pytest.mark.slow
 
@@ -133,13 +135,17 @@ def test_receiver_folds_a_repeated_sigterm_only_inside_its_window(
 
 def test_interrupt_rules_tell_slurms_signal_from_a_rank_failure() -> None:
     term = int(signal.SIGTERM)
-    assert signal_explains(term, "rank failed", [-15, 143], None)
-    assert not signal_explains(term, "rank failed", [-15, 1], None)  # a real failure too
-    assert not signal_explains(term, "hang", [-15], None)
-    assert signal_explains(term, "peer", [], "node 1: rank 3 failed (returncode -15)")
-    assert signal_explains(term, "peer", [], "node 1: interrupted by SIGTERM")
-    assert not signal_explains(term, "peer", [], "node 1: rank 3 failed (returncode 1)")
-    assert expects_own_signal("rank failed", [-15, -2], [term, int(signal.SIGINT)])
-    assert not expects_own_signal("rank failed", [-9], [term])  # SIGKILL: OOM, not SLURM
+    failed, peer = TeardownCause.RANK_FAILED, TeardownCause.PEER
+    assert signal_explains(term, failed, [-15, 143], None)
+    assert not signal_explains(term, failed, [-15, 1], None)  # a real failure too
+    assert not signal_explains(term, TeardownCause.HANG, [-15], None)
+    assert signal_explains(term, peer, [], stops.rank_failed(1, 0, 3, -15))
+    assert signal_explains(term, peer, [], stops.rank_failed(1, 0, 3, 143))
+    assert signal_explains(term, peer, [], stops.interrupted(1, 0, term))
+    assert not signal_explains(term, peer, [], stops.interrupted(1, 0, int(signal.SIGINT)))
+    assert not signal_explains(term, peer, [], stops.rank_failed(1, 0, 3, 1))
+    assert not signal_explains(term, peer, [], stops.hang(1, 0, 10))
+    assert expects_own_signal(failed, [-15, -2], [term, int(signal.SIGINT)])
+    assert not expects_own_signal(failed, [-9], [term])  # SIGKILL: OOM, not SLURM
     assert stopped_from(term, 5.0, [(-15, 4.2), (143, 4.5), (1, 3.0), (0, 1.0)]) == 4.2
     assert stopped_from(term, 5.0, [(1, 3.0)]) == 5.0

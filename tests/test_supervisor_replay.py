@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from safelaunch.plan import Timebox
+from safelaunch.rendezvous import stops
+from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import teardown
 from safelaunch.supervisor.hang import Beat, RankProgress
 from safelaunch.supervisor.teardown import Teardown, TeardownCause
@@ -186,23 +188,23 @@ def test_hang_watch_fires_only_once_every_rank_is_quiet_past_the_timeout() -> No
 
 
 class ScriptedPeers:
-    def __init__(self, events: dict[float, str], clock: FakeClock) -> None:
+    def __init__(self, events: dict[float, NodeStop], clock: FakeClock) -> None:
         self.events = events
         self.clock = clock
 
-    def poll(self) -> str | None:
+    def poll(self) -> NodeStop | None:
         return self.events.get(self.clock.t)
 
 
 @pytest.mark.parametrize(
     ("event", "live", "cause", "say"),
     [
-        ("node 1: rank 5 failed (returncode 1)", [0], TeardownCause.PEER, True),
-        ("node 1: hang: no progress for 10 s", [0], TeardownCause.HANG, False),
-        ("node 1: hang: no progress for 10 s", [], TeardownCause.PEER, True),
+        (stops.rank_failed(1, 0, 5, 1), [0], TeardownCause.PEER, True),
+        (stops.hang(1, 0, 10), [0], TeardownCause.HANG, False),
+        (stops.hang(1, 0, 10), [], TeardownCause.PEER, True),
     ],
 )
-def test_peer_watcher(event: str, live: list[int], cause: TeardownCause, say: bool) -> None:
+def test_peer_watcher(event: NodeStop, live: list[int], cause: TeardownCause, say: bool) -> None:
     clock = FakeClock()
     peers = ScriptedPeers({101.0: event}, clock)
     ranks = [_progress(r, 0) for r in live]

@@ -17,6 +17,7 @@ from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
+from safelaunch.rendezvous.stops import NodeStop
 
 CONSEQUENCES = tuple(s for s in SIGNATURES if s.consequence)
 
@@ -66,14 +67,6 @@ def _only_consequences(log: Path) -> bool:
     return bool(matches(read_tail(log), None, CONSEQUENCES))
 
 
-def _origin(first_stop: str | None) -> int | None:
-    """The node that announced the first stop: `node 1: rank 3 failed ...` -> 1."""
-    if not first_stop or not first_stop.startswith("node "):
-        return None
-    number = first_stop[5:].split(":", 1)[0]
-    return int(number) if number.isdigit() else None
-
-
 def _failure_line(summary: Mapping[str, Any]) -> str:
     return f"FAILED on node {summary['node']} ({summary['host']}): {summary['root']['line']}"
 
@@ -81,7 +74,7 @@ def _failure_line(summary: Mapping[str, Any]) -> str:
 def conclude_job(
     summaries: Sequence[Mapping[str, Any] | None],
     hosts: Sequence[str],
-    first_stop: str | None,
+    first_stop: NodeStop | None,
     lost_after: float,
 ) -> JobVerdict:
     """The job's status, exit code and root cause from every node's summary."""
@@ -100,7 +93,7 @@ def conclude_job(
         return JobVerdict(
             status=INTERRUPTED, code=int(first["code"]), lines=tuple(lines), lost=lost
         )
-    origin = _origin(first_stop)
+    origin = first_stop.node if first_stop is not None else None
     failed = [s for s in present if s["status"] == FAILED and s["root"] is not None]
     real = [s for s in failed if not s["root"]["consequence"]]
     hung = [s for s in present if s["status"] == HUNG]
@@ -153,6 +146,6 @@ def conclude_job(
         )
     if lost or any(s["status"] != SUCCEEDED for s in present):
         if not lost:
-            lines.append(f"stopped: {first_stop or 'another node stopped'}")
+            lines.append(f"stopped: {first_stop.shown if first_stop else 'another node stopped'}")
         return JobVerdict(status=FAILED, code=exitcodes.NODE_LOST, lines=tuple(lines), lost=lost)
     return JobVerdict(status=SUCCEEDED, code=exitcodes.SUCCESS, lines=(), lost=())

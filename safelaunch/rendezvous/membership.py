@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement, assign, fact_mismatches
+from safelaunch.rendezvous.stops import NodeStop, StopKind, from_json
 
 POLL = 0.1  # seconds between looks at the store while waiting
 
@@ -165,16 +166,16 @@ class Membership:
 
     # --- within an attempt ----------------------------------------------------
 
-    def announce_stop(self, attempt: int, why: str) -> None:
+    def announce_stop(self, attempt: int, stop: NodeStop) -> None:
         """Tell the other nodes to stop this attempt (first announcement wins)."""
         if self._store.add(f"attempt/{attempt}/stops", 1) == 1:
-            self._store.set(f"attempt/{attempt}/stop", why)
+            self._store.set(f"attempt/{attempt}/stop", stop.to_json())
 
-    def stop_requested(self, attempt: int) -> str | None:
+    def stop_requested(self, attempt: int) -> NodeStop | None:
         """Another node's announcement, if one was made."""
         key = f"attempt/{attempt}/stop"
         if self._store.check([key]):
-            return self._store.get(key).decode()
+            return from_json(self._store.get(key).decode())
         return None
 
     def exchange_live(self, attempt: int, snapshot: str) -> dict[int, str]:
@@ -215,7 +216,7 @@ class Membership:
             values[self.placement.node] = json.dumps(summary)
         return [json.loads(v) if v is not None else None for v in values]
 
-    def first_stop(self, attempt: int) -> str | None:
+    def first_stop(self, attempt: int) -> NodeStop | None:
         """The first node's announcement in this attempt, if the store still answers."""
         try:
             return self.stop_requested(attempt)
@@ -265,7 +266,7 @@ class NodeWatch:
         self._next = 0.0
         self.announced = False
 
-    def poll(self) -> str | None:
+    def poll(self) -> NodeStop | None:
         """Why this node's ranks must stop now, or None."""
         now = time.monotonic()
         if now < self._next:
@@ -278,12 +279,20 @@ class NodeWatch:
                 return stop
             lost = membership.lost_nodes(now)
         except Exception as exc:
-            return f"lost contact with the rendezvous store ({type(exc).__name__}: {exc})"
+            return NodeStop(
+                kind=StopKind.STORE_LOST,
+                node=None,
+                attempt=self._attempt,
+                text=f"lost contact with the rendezvous store ({type(exc).__name__}: {exc})",
+            )
         if lost:
             names = ", ".join(membership.describe(n) for n in lost)
-            return (
-                f"{names} stopped answering for more than {membership.lost_after:g} s "
-                "(its launcher died, or the network between the nodes failed)"
+            return NodeStop(
+                kind=StopKind.NODES_LOST,
+                node=None,
+                attempt=self._attempt,
+                text=f"{names} stopped answering for more than {membership.lost_after:g} s "
+                "(its launcher died, or the network between the nodes failed)",
             )
         return None
 
@@ -297,13 +306,13 @@ class NodeWatch:
         except Exception:
             return {}
 
-    def announce(self, why: str) -> None:
+    def announce(self, stop: NodeStop) -> None:
         """This node stops the attempt: tell the others (once)."""
         if self.announced:
             return
         self.announced = True
         with contextlib.suppress(Exception):  # else the others find this node silent
-            self._membership.announce_stop(self._attempt, why)
+            self._membership.announce_stop(self._attempt, stop)
 
 
 def join(

@@ -8,8 +8,10 @@ attempt is interrupted, and the ranks it ended are stopped, like those safelaunc
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterable, Sequence
+
+from safelaunch.rendezvous.stops import NodeStop, StopKind
+from safelaunch.supervisor.teardown import TeardownCause
 
 OWN_SIGNAL_WAIT = 1.0  # every rank died of SIGTERM & co: the launcher's copy is due within this
 
@@ -20,33 +22,36 @@ def ended_by(signum: int, returncode: int) -> bool:
 
 
 def signal_explains(
-    signum: int, cause: str | None, failed_codes: Sequence[int], peer_event: str | None
+    signum: int,
+    cause: TeardownCause | None,
+    failed_codes: Sequence[int],
+    peer_event: NodeStop | None,
 ) -> bool:
     """The teardown under way was started by this very signal reaching the ranks first.
 
     This node's ranks: every failure so far is a death by it. Another node's (multi-node,
     "peer"): that node announced an interrupt by it, or a rank ending of it.
     """
-    if cause == "peer":
-        event = peer_event or ""
-        codes = (f"(returncode {-signum})", f"(returncode {128 + signum})")
-        return event.endswith(f"interrupted by {signal.Signals(signum).name}") or event.endswith(
-            codes
-        )
+    if cause is TeardownCause.PEER:
+        if peer_event is None or peer_event.code is None:
+            return False
+        if peer_event.kind is StopKind.INTERRUPTED:
+            return peer_event.code == signum
+        return peer_event.kind is StopKind.RANK_FAILED and ended_by(signum, peer_event.code)
     return (
-        cause == "rank failed"
+        cause is TeardownCause.RANK_FAILED
         and bool(failed_codes)
         and all(ended_by(signum, code) for code in failed_codes)
     )
 
 
 def expects_own_signal(
-    cause: str | None, failed_codes: Sequence[int], stopping: Iterable[int]
+    cause: TeardownCause | None, failed_codes: Sequence[int], stopping: Iterable[int]
 ) -> bool:
     """Every failure is a death by a signal the launcher handles: its own copy may follow."""
     handled = tuple(stopping)
     return (
-        cause == "rank failed"
+        cause is TeardownCause.RANK_FAILED
         and bool(failed_codes)
         and all(any(ended_by(s, code) for s in handled) for code in failed_codes)
     )

@@ -13,6 +13,8 @@ import time
 
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan
+from safelaunch.rendezvous import stops
+from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import teardown
 from safelaunch.supervisor.ending import kill_everything, sweep_strays
 from safelaunch.supervisor.flight import request_records
@@ -31,7 +33,6 @@ from safelaunch.supervisor.signs import RankSigns
 from safelaunch.supervisor.stacks import take_evidence
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.supervisor.watchers import (
-    HANG_WORD,
     Clock,
     HangWatch,
     PeerWatcher,
@@ -84,7 +85,7 @@ class _Attempt:
         self._plan = plan
         self._live = live
         self._peers = peers
-        self._peer_event: str | None = None
+        self._peer_event: NodeStop | None = None
         self._console = console
         self._signals = signals
         self._keeper = {keeper_pid} if keeper_pid else set()
@@ -147,7 +148,7 @@ class _Attempt:
             reap_strays(keep=set(self._workers.pids()) | self._keeper)
             self._act_on_signals()
             if self._td.running and (first := self._workers.first_failure()) is not None:
-                self._tell_peers(f"rank {first.rank} failed (returncode {first.returncode})")
+                self._tell_peers(stops.rank_failed(*self._where, first.rank, first.returncode))
                 # what the survivors were waiting for, before SIGTERM ends them
                 self._request_flight_records()
                 self._begin_teardown(TeardownCause.RANK_FAILED, signal.SIGTERM)
@@ -183,7 +184,7 @@ class _Attempt:
             act = teardown.on_signal(self._td, self._interrupt is not None, explains)
             if act == "begin":
                 self._interrupt = signum
-                self._tell_peers(f"interrupted by {name}")
+                self._tell_peers(stops.interrupted(*self._where, signum))
                 self._console.say(
                     f"received {name}: forwarding it to every rank "
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
@@ -223,7 +224,7 @@ class _Attempt:
         )
         self._interrupt = signum
         self._td = teardown.recause(self._td, TeardownCause.SIGNAL)
-        self._tell_peers(f"interrupted by {name}")
+        self._tell_peers(stops.interrupted(*self._where, signum))
 
     def _count_signalled_as_stopped(self) -> None:
         """An interrupt: ranks that died of that very signal just before it are stopped too.
@@ -305,7 +306,7 @@ class _Attempt:
         self._begin_teardown(reason.cause, signal.SIGTERM)
 
     def _declare_hang(
-        self, progress: list[RankProgress], wall: float, because: str | None = None
+        self, progress: list[RankProgress], wall: float, because: NodeStop | None = None
     ) -> None:
         self._console.say(
             f"hang on {because}: collecting every rank's stack here too, then stopping"
@@ -316,9 +317,14 @@ class _Attempt:
         live = [self._workers.started[p.rank] for p in progress]
         self._hang = take_evidence(live, progress, wall, self._plan)
         if because is None:
-            self._tell_peers(f"{HANG_WORD} no progress for {self._plan.hang_timeout:g} s")
+            self._tell_peers(stops.hang(*self._where, self._plan.hang_timeout))
         self._begin_teardown(TeardownCause.HANG, signal.SIGTERM)
 
-    def _tell_peers(self, what: str) -> None:
+    def _tell_peers(self, stop: NodeStop) -> None:
         if self._peers is not None:
-            self._peers.announce(f"node {self._plan.node}: {what}")
+            self._peers.announce(stop)
+
+    @property
+    def _where(self) -> tuple[int, int]:
+        """(node, attempt) of a stop this node announces (with peers, a plan names its node)."""
+        return self._plan.node or 0, self._plan.attempt

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan
+from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor.hang import HangEvidence
 from safelaunch.supervisor.teardown import TeardownCause
 
@@ -16,10 +17,10 @@ from safelaunch.supervisor.teardown import TeardownCause
 class PeerWatch(Protocol):
     """Multi-node: the other nodes, as the supervisor sees them (safelaunch.rendezvous)."""
 
-    def poll(self) -> str | None:
+    def poll(self) -> NodeStop | None:
         """Why this node must stop its ranks now (another node stopped, or vanished)."""
 
-    def announce(self, why: str) -> None:
+    def announce(self, stop: NodeStop) -> None:
         """This node is stopping its ranks: tell the others."""
 
     def share(self, snapshot: str) -> dict[int, str]:
@@ -55,7 +56,7 @@ class AttemptRecord:
     log_problems: tuple[str, ...]
     duration: float
     timebox_note: str | None = None  # why an isolation rerun was stopped early
-    peer_event: str | None = None  # multi-node: why another node made this one stop
+    peer_event: NodeStop | None = None  # multi-node: why another node made this one stop
 
 
 def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:

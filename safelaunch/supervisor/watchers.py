@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from safelaunch.plan import Timebox
+from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor.hang import Beat, RankProgress, is_hung, passed_point
 from safelaunch.supervisor.teardown import TeardownCause
-
-HANG_WORD = "hang:"  # in a node's stop announcement: the others take their stacks too
 
 
 class Clock(Protocol):
@@ -36,7 +35,7 @@ class SystemClock:
 
 
 class PeerPoll(Protocol):
-    def poll(self) -> str | None: ...
+    def poll(self) -> NodeStop | None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +45,7 @@ class StopReason:
     cause: TeardownCause
     say: str = ""  # the console line (a hang's is written where its stacks are taken)
     note: str | None = None  # an isolation rerun's: why it was stopped early
-    peer_event: str | None = None  # what another node announced
+    peer_event: NodeStop | None = None  # what another node announced (or: it vanished)
     progress: tuple[RankProgress, ...] = ()  # a hang: every live rank's last progress
     detected_at: float = 0.0  # a hang: wall time
 
@@ -134,7 +133,8 @@ class PeerWatcher:
         if event is None:
             return None
         progress = self._progress()
-        if HANG_WORD in event and progress:  # where are this node's ranks? the culprit may be here
+        # a hang elsewhere: where are this node's ranks? the culprit may be here
+        if event.kind is StopKind.HANG and progress:
             return StopReason(
                 cause=TeardownCause.HANG,
                 peer_event=event,
@@ -142,7 +142,9 @@ class PeerWatcher:
                 detected_at=self._clock.wall(),
             )
         return StopReason(
-            cause=TeardownCause.PEER, peer_event=event, say=f"stopping this node's ranks: {event}"
+            cause=TeardownCause.PEER,
+            peer_event=event,
+            say=f"stopping this node's ranks: {event.shown}",
         )
 
 
