@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes
@@ -69,14 +70,14 @@ def conclude(
     `report`: this node's report.json content for the attempt; the verdict is added to
     it as `job` and the file rewritten.
     """
-    from safelaunch.diagnose.nodes import conclude_job, node_summary
+    from safelaunch.diagnose.nodes import conclude_job, node_summary, read_summary
 
     place = membership.placement
-    code = int(report["exit_code"])
-    mine = node_summary(outcome, diagnosis, code, place.node, place.hosts[place.node])
+    mine = node_summary(report, outcome, diagnosis, place.node, place.hosts[place.node])
     timeout = shutdown_timeout + membership.lost_after + END_SLACK
     waiting = WaitForNodes(console, receiver, membership)
-    summaries = membership.end_attempt(outcome.attempt, mine, timeout, waiting)
+    sent = membership.end_attempt(outcome.attempt, mine, timeout, waiting)
+    summaries = [read_summary(s) for s in sent]
     if waiting.interrupted is not None:
         job = _stopped_waiting(console, membership, waiting.interrupted, summaries)
     else:
@@ -116,7 +117,7 @@ class WaitForNodes:
 
 
 def _stopped_waiting(
-    console: Console, membership: Membership, signum: int, summaries: list[Any]
+    console: Console, membership: Membership, signum: int, summaries: Sequence[object | None]
 ) -> JobVerdict:
     """A signal while this node waited for the others: its own stop, said as such."""
     from safelaunch.diagnose.nodes import JobVerdict

@@ -5,16 +5,23 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from safelaunch.config import build_config
-from safelaunch.diagnose.nodes import conclude_job
+from safelaunch.diagnose import diagnose
+from safelaunch.diagnose.nodes import NodeSummary, conclude_job, node_summary, project, read_summary
 from safelaunch.errors import ConfigError
+from safelaunch.outcome import outcome_of
+from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.rendezvous import Placement, assign, fact_mismatches, stops
 from safelaunch.rendezvous.membership import Joined, Membership
 from safelaunch.rendezvous.reach import probe_target
+from safelaunch.report import job_record, report_record
 from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults
+from safelaunch.supervisor import AttemptRecord, RankExit
+from safelaunch.supervisor.teardown import TeardownCause
 
 
 @pytest.mark.parametrize(
@@ -133,21 +140,22 @@ def test_fact_mismatches_name_values_and_nodes() -> None:
     ]
 
 
-def _summary(node: int, status: str, root: dict | None = None, code: int = 0) -> dict:
-    return {
-        "node": node,
-        "host": f"h{node}",
-        "status": status,
-        "code": code,
-        "root": root,
-        "hang": None,
-        "stopped_by_peer": root is None and status == "failed",
-    }
+def _summary(node: int, status: str, root: NodeSummary | None = None, code: int = 0) -> NodeSummary:
+    """A node's summary as the verdict reads it; `root`: a _root() for its root cause."""
+    if root is None:
+        return NodeSummary(
+            node=node, host=f"h{node}", status=status, code=code, root_rank=None,
+            ending=None, consequence=False,
+        )  # fmt: skip
+    return replace(root, node=node, host=f"h{node}", status=status, code=code)
 
 
-def _root(rank: int, consequence: bool = False) -> dict:
+def _root(rank: int, consequence: bool = False) -> NodeSummary:
     line = f"rank {rank} exited with code 3 (unknown): ValueError: x at t.py:1 in f"
-    return {"rank": rank, "consequence": consequence, "line": line}
+    return NodeSummary(
+        node=0, host="", status="failed", code=0, root_rank=rank, ending=line,
+        consequence=consequence,
+    )  # fmt: skip
 
 
 def test_the_job_verdict_prefers_a_real_cause_and_the_first_announcer() -> None:
@@ -204,8 +212,12 @@ def test_sbatch_examples_are_valid_bash_and_name_real_files() -> None:
 
 
 def test_a_hang_elsewhere_outranks_the_consequences_it_caused() -> None:
-    hung = _summary(1, "hung", code=124)
-    hung["hang"] = {"culprits": [3], "reason": "it is behind: collective #7 vs #8"}
+    hung = replace(
+        _summary(1, "hung", code=124),
+        hang=True,
+        culprits=(3,),
+        hang_reason="it is behind: collective #7 vs #8",
+    )
     job = conclude_job(
         [_summary(0, "failed", _root(0, consequence=True), code=134), hung],
         ["h0", "h1"],
@@ -362,3 +374,121 @@ def test_a_stop_travels_as_a_record_and_reads_as_before(stop: stops.NodeStop, sh
     assert stop.shown == shown == str(stop)
     with pytest.raises(ValueError, match="not a stop announcement"):
         stops.from_json("node 1: rank 3 failed (returncode 1)")  # the old prose is not read
+
+
+_CAUSE = _root(3)
+_FOLLOWED = _root(1, consequence=True)
+_HUNG = replace(_summary(1, "hung", code=124), hang=True, culprits=(3,), hang_reason="behind")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "stop", "status", "code", "root_node", "first_line"),
+    [
+        # the first announcer's real failure is the cause ...
+        ([("failed", _CAUSE, 1), ("failed", _CAUSE, 3)], stops.rank_failed(1, 0, 3, 3),
+         "failed", 3, 1, "FAILED on node 1 (h1): rank 3"),
+        ([("failed", _CAUSE, 1), ("failed", _CAUSE, 3)], stops.rank_failed(0, 0, 3, 1),
+         "failed", 1, 0, "FAILED on node 0 (h0): rank 3"),
+        # ... but a consequence never is while a real failure exists, whoever announced
+        ([("failed", _FOLLOWED, 1), ("failed", _CAUSE, 3)], stops.rank_failed(0, 0, 1, 1),
+         "failed", 3, 1, "FAILED on node 1 (h1): rank 3"),
+        # only consequences: the earliest (the first announcer), else the first node
+        ([("failed", _FOLLOWED, 1), ("failed", _FOLLOWED, 2)], stops.rank_failed(1, 0, 1, 2),
+         "failed", 2, 1, "FAILED on node 1 (h1): rank 1"),
+        ([("failed", _FOLLOWED, 1), ("failed", _FOLLOWED, 2)], None,
+         "failed", 1, 0, "FAILED on node 0 (h0): rank 1"),
+        # a node safelaunch stopped (no root cause of its own) is never the cause
+        ([("failed", None, 1), ("failed", _CAUSE, 3)], stops.rank_failed(0, 0, 3, 3),
+         "failed", 3, 1, "FAILED on node 1 (h1): rank 3"),
+        # a hang outranks the consequences it caused, listed after it
+        ([("failed", _FOLLOWED, 134), "hung"], stops.hang(1, 0, 3),
+         "hung", 124, 1, "HUNG on node 1 (h1): likely culprit rank 3: behind"),
+        # stopped by another node, nothing failed here: the announcement is the reason
+        ([("failed", None, 1), ("succeeded", None, 0)], stops.interrupted(1, 0, 15),
+         "failed", 69, None, "stopped: node 1: interrupted by SIGTERM"),
+        ([("interrupted", None, 130), ("failed", _CAUSE, 3)], stops.interrupted(0, 0, 2),
+         "interrupted", 130, None, "INTERRUPTED on node 0 (h0)"),
+        ([("succeeded", None, 0), ("succeeded", None, 0)], None, "succeeded", 0, None, None),
+    ],
+)  # fmt: skip
+def test_the_job_verdict_on_structured_stops(
+    nodes: list, stop: stops.NodeStop | None, status: str, code: int,
+    root_node: int | None, first_line: str | None,
+) -> None:  # fmt: skip
+    summaries = [
+        _HUNG if spec == "hung" else _summary(node, *spec) for node, spec in enumerate(nodes)
+    ]
+    job = conclude_job(summaries, ["h0", "h1"], stop, lost_after=3)
+    assert (job.status, job.code, job.root_node) == (status, code, root_node)
+    if first_line is None:
+        assert not job.lines
+    else:
+        assert job.lines[0].startswith(first_line), job.lines
+    if status == "hung":
+        assert job.lines[1].startswith("node 0 (h0), as a consequence: rank 1")
+
+
+@pytest.mark.parametrize("stopped_by_peer", [False, True])
+def test_a_node_summary_is_its_report_json_projected(tmp_path, stopped_by_peer: bool) -> None:
+    """One encoding: what a node tells the others is what its report.json says."""
+    log = tmp_path / "rank3.log"
+    log.write_text(
+        'Traceback (most recent call last):\n  File "t.py", line 1, in f\n'
+        "ValueError: rank 3 broke\n"
+    )
+    plan = LaunchPlan(
+        run=RunIdentity(
+            run_id="r", run_dir=tmp_path, token="t", private_dir=tmp_path, launcher_pid=1
+        ),
+        attempt=0, attempt_dir=tmp_path, workers=(), split_streams=False,
+        duplicate_filters={}, shutdown_timeout=30, monitor_interval=0.1, color=False,
+        env_choices=(), heartbeat_dir=tmp_path, hang_timeout=300.0, heartbeat_interval=2.0,
+    )  # fmt: skip
+
+    def ended(rank: int, code: int, at: float) -> RankExit:
+        return RankExit(
+            rank=rank, local_rank=rank - 2, pid=None, returncode=code, ended_after=at,
+            log_path=log if rank == 3 else tmp_path / "none.log",
+            error_file=tmp_path / "none.json",
+        )  # fmt: skip
+
+    peer = stops.rank_failed(0, 0, 1, 1)
+    rank3 = ended(3, -15, 2.0) if stopped_by_peer else ended(3, 1, 1.0)
+    record = AttemptRecord(
+        plan=plan,
+        exits=(ended(2, -15, 2.0), rank3),
+        teardown_after=1.5 if not stopped_by_peer else 0.5,
+        teardown_cause=TeardownCause.PEER if stopped_by_peer else TeardownCause.RANK_FAILED,
+        interrupt_signal=None, hang=None, strays_ended=0, log_problems=(), duration=2.0,
+        peer_event=peer if stopped_by_peer else None,
+    )  # fmt: skip
+    outcome = outcome_of(record)
+    diagnosis = diagnose(outcome)
+    report = report_record(outcome, diagnosis, "r", 0)
+    sent = json.loads(json.dumps(node_summary(report, outcome, diagnosis, 1, "h1")))
+    place = Placement(
+        node=1, nodes=2, base_rank=2, world_size=4, master_addr="a", master_port=1,
+        run_id="r", hosts=("h0", "h1"), nprocs=(2, 2),
+    )  # fmt: skip
+    summary = read_summary(sent)
+    assert summary is not None
+    job = conclude_job([None, summary], place.hosts, peer, lost_after=3)
+    report["job"] = job_record(place, job)
+    written = json.loads(json.dumps(report))  # as report.json holds it
+
+    node_only = {"node", "host", "ending", "consequence"}
+    assert {k: v for k, v in sent.items() if k not in node_only} == project(written)
+    assert (sent["node"], sent["host"]) == (written["job"]["node"], written["job"]["hosts"][1])
+
+    def within(part: object, whole: object) -> bool:  # a projection: nothing added or changed
+        if isinstance(part, dict) and isinstance(whole, dict):
+            return all(k in whole and within(v, whole[k]) for k, v in part.items())
+        return part == whole
+
+    assert within(project(written), written)
+    if stopped_by_peer:
+        assert sent["stopped_by_node"] == "node 0: rank 1 failed (returncode 1)"
+        assert summary.root_rank is None and sent["ending"] is None
+    else:
+        assert summary.root_rank == 3 and written["diagnosis"]["root_cause_rank"] == 3
+        assert sent["ending"].startswith("rank 3 exited with code 1") and not sent["consequence"]

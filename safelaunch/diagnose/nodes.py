@@ -2,7 +2,10 @@
 
 Each node diagnoses its own ranks and publishes a summary through the rendezvous
 store; every node then draws the same conclusion from the same summaries: which node
-and rank is the root cause, the job's exit code, whether all nodes restart.
+and rank is the root cause, the job's exit code, whether all nodes restart. The
+summary is a projection of the node's report.json (same keys), plus the two things
+only that node can tell (its root cause in one line, and whether that rank's log shows
+only a peer's death); the choice of a cause is rootcause.py's rule, applied to nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from safelaunch import exitcodes
 from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import matches
+from safelaunch.diagnose.rootcause import after_cause, first_cause
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
 from safelaunch.rendezvous.stops import NodeStop
@@ -38,27 +42,35 @@ class JobVerdict:
         return self.status in (FAILED, HUNG) and not self.lost
 
 
+def project(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What a node's summary says of report.json, under report.json's own keys."""
+    hang = report["hang"]
+    return {
+        "status": report["status"],
+        "exit_code": report["exit_code"],
+        "stopped_by_node": report["stopped_by_node"],
+        "diagnosis": {"root_cause_rank": report["diagnosis"]["root_cause_rank"]},
+        "hang": None if hang is None else {"culprits": hang["culprits"], "reason": hang["reason"]},
+    }
+
+
 def node_summary(
-    outcome: Outcome, diagnosis: Diagnosis, code: int, node: int, host: str
+    report: Mapping[str, Any], outcome: Outcome, diagnosis: Diagnosis, node: int, host: str
 ) -> dict[str, Any]:
-    """What this node tells the others about its attempt (JSON-able)."""
+    """What this node tells the others about its attempt (JSON): report.json, projected.
+
+    `node` and `host` are what report.json's `job` says of this node once concluded.
+    """
     root = diagnosis.root_cause
-    signature = diagnosis.signature
-    hang = diagnosis.hang
     return {
         "node": node,
         "host": host,
-        "status": outcome.status,
-        "code": code,
-        "stopped_by_peer": outcome.peer_event is not None and root is None,
-        "root": None
-        if root is None
-        else {
-            "rank": root.rank,
-            "consequence": signature is None and _only_consequences(root.log_path),
-            "line": describe_ending(outcome, diagnosis),
-        },
-        "hang": None if hang is None else {"culprits": list(hang.culprits), "reason": hang.reason},
+        **project(report),
+        # only this node has them: the line needs its logs, the flag its root's log
+        "ending": None if root is None else describe_ending(outcome, diagnosis),
+        "consequence": root is not None
+        and diagnosis.signature is None
+        and _only_consequences(root.log_path),
     }
 
 
@@ -67,12 +79,62 @@ def _only_consequences(log: Path) -> bool:
     return bool(matches(read_tail(log), None, CONSEQUENCES))
 
 
-def _failure_line(summary: Mapping[str, Any]) -> str:
-    return f"FAILED on node {summary['node']} ({summary['host']}): {summary['root']['line']}"
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSummary:
+    """One node's summary as the verdict reads it."""
+
+    node: int
+    host: str
+    status: str
+    code: int
+    root_rank: int | None  # its root cause; None when it has none (stopped by another node)
+    ending: str | None  # that rank's end in one line
+    consequence: bool  # that rank's log shows only a peer's death
+    culprits: tuple[int, ...] = ()  # a hang's likely culprits
+    hang: bool = False
+    hang_reason: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """A failure of its own: a node whose ranks safelaunch stopped has no root cause."""
+        return self.status == FAILED and self.root_rank is not None
+
+    def where(self) -> str:
+        return f"node {self.node} ({self.host})"
+
+
+def read_summary(data: Mapping[str, Any] | None) -> NodeSummary | None:
+    """A summary as node_summary wrote it (JSON-decoded); None for none, or a malformed one."""
+    if data is None:
+        return None
+    try:
+        hang = data["hang"]
+        return NodeSummary(
+            node=int(data["node"]),
+            host=str(data["host"]),
+            status=str(data["status"]),
+            code=int(data["exit_code"]),
+            root_rank=data["diagnosis"]["root_cause_rank"],
+            ending=data["ending"],
+            consequence=bool(data["consequence"]),
+            culprits=tuple(int(r) for r in hang["culprits"]) if hang else (),
+            hang=hang is not None,
+            hang_reason=str(hang["reason"]) if hang else "",
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _failure_line(summary: NodeSummary) -> str:
+    return f"FAILED on {summary.where()}: {summary.ending}"
+
+
+def _is_cause(summary: NodeSummary) -> bool:
+    return not summary.consequence
 
 
 def conclude_job(
-    summaries: Sequence[Mapping[str, Any] | None],
+    summaries: Sequence[NodeSummary | None],
     hosts: Sequence[str],
     first_stop: NodeStop | None,
     lost_after: float,
@@ -86,31 +148,28 @@ def conclude_job(
         "or the network failed); its ranks are the likely cause of what the others saw"
         for node in lost
     ]
-    interrupted = [s for s in present if s["status"] == INTERRUPTED]
+    interrupted = [s for s in present if s.status == INTERRUPTED]
     if interrupted:
         first = interrupted[0]
-        lines.insert(0, f"INTERRUPTED on node {first['node']} ({first['host']})")
-        return JobVerdict(
-            status=INTERRUPTED, code=int(first["code"]), lines=tuple(lines), lost=lost
-        )
+        lines.insert(0, f"INTERRUPTED on {first.where()}")
+        return JobVerdict(status=INTERRUPTED, code=first.code, lines=tuple(lines), lost=lost)
+    # Across nodes "earliest" is the first stop announced (the store orders them), then
+    # the node order: rootcause.py's rule then picks the cause among the failures.
     origin = first_stop.node if first_stop is not None else None
-    failed = [s for s in present if s["status"] == FAILED and s["root"] is not None]
-    real = [s for s in failed if not s["root"]["consequence"]]
-    hung = [s for s in present if s["status"] == HUNG]
-    # What only followed another node's fault (its ranks vanished: "Connection closed by
-    # peer") is listed after the cause: a real failure, else a lost node, else a hang.
-    consequences = [
-        f"node {s['node']} ({s['host']}), as a consequence: {s['root']['line']}"
-        for s in failed
-        if not real
-    ]
-    if real:
-        root = next((s for s in real if s["node"] == origin), real[0])
+    failed = sorted((s for s in present if s.failed), key=lambda s: (s.node != origin, s.node))
+    root = first_cause(failed, _is_cause)
+    hung = [s for s in present if s.status == HUNG]
+    if root is not None and _is_cause(root):
         lines.insert(0, _failure_line(root))
-        code = exitcodes.NODE_LOST if lost else int(root["code"])
+        code = exitcodes.NODE_LOST if lost else root.code
         return JobVerdict(
-            status=FAILED, code=code, lines=tuple(lines), lost=lost, root_node=root["node"]
+            status=FAILED, code=code, lines=tuple(lines), lost=lost, root_node=root.node
         )
+    # What only followed another node's fault (its ranks vanished: "Connection closed by
+    # peer") is listed after the cause: a lost node, else a hang.
+    consequences = [
+        f"{s.where()}, as a consequence: {s.ending}" for s in after_cause(failed, None, _is_cause)
+    ]
     if lost:
         return JobVerdict(
             status=FAILED,
@@ -120,32 +179,27 @@ def conclude_job(
             root_node=lost[0],
         )
     if hung:  # the nodes that name a culprit first: the others only wait for it
-        hung.sort(key=lambda s: not (s["hang"] or {}).get("culprits"))
+        hung.sort(key=lambda s: not s.culprits)
         for summary in hung:
-            hang = summary["hang"] or {}
-            culprits = ",".join(map(str, hang.get("culprits", [])))
+            culprits = ",".join(map(str, summary.culprits))
             who = f"likely culprit rank {culprits}: " if culprits else ""
-            lines.append(
-                f"HUNG on node {summary['node']} ({summary['host']}): {who}{hang.get('reason', '')}"
-            )
+            lines.append(f"HUNG on {summary.where()}: {who}{summary.hang_reason}")
         return JobVerdict(
             status=HUNG,
             code=exitcodes.HANG,
             lines=(*lines, *consequences),
             lost=lost,
-            root_node=hung[0]["node"],
+            root_node=hung[0].node,
         )
-    if failed:
-        root = next((s for s in failed if s["node"] == origin), failed[0])
+    if root is not None:  # only consequences, and nothing else to blame: the earliest
         return JobVerdict(
             status=FAILED,
-            code=int(root["code"]),
+            code=root.code,
             lines=(_failure_line(root),),
             lost=lost,
-            root_node=root["node"],
+            root_node=root.node,
         )
-    if lost or any(s["status"] != SUCCEEDED for s in present):
-        if not lost:
-            lines.append(f"stopped: {first_stop.shown if first_stop else 'another node stopped'}")
+    if any(s.status != SUCCEEDED for s in present):
+        lines.append(f"stopped: {first_stop.shown if first_stop else 'another node stopped'}")
         return JobVerdict(status=FAILED, code=exitcodes.NODE_LOST, lines=tuple(lines), lost=lost)
     return JobVerdict(status=SUCCEEDED, code=exitcodes.SUCCESS, lines=(), lost=())

@@ -1,16 +1,20 @@
-"""The one root-cause rule, for a live run and for `explain` alike.
+"""The one root-cause rule, for a live run, for `explain` and across nodes alike.
 
 Both build a RankEvidence per rank (the live path from exit statuses and heartbeat
 files, explain from report.json or torchrun's logs) and call find_root_cause: the
-same evidence gives the same rank, class and location whichever path read it.
+same evidence gives the same rank, class and location whichever path read it. The
+multi-node verdict (nodes.py) applies the same core, first_cause and after_cause, to
+the nodes' failures: the earliest real failure is the cause, what only followed it
+(a peer's "Connection closed") comes after, and what safelaunch stopped is no failure.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from safelaunch.diagnose.errortext import ErrorText, error_text
 from safelaunch.diagnose.leaving import Leave
@@ -45,6 +49,33 @@ class RootCause:
     consequences: tuple[tuple[int, str], ...]
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
     left_early: bool = False  # it ended while its peers still communicated
+
+
+Failure = TypeVar("Failure")
+
+
+def first_cause(
+    failures: Sequence[Failure],
+    real: Callable[[Failure], bool],
+    hinted: Callable[[Failure], bool] | None = None,
+) -> Failure | None:
+    """The root cause among `failures`, ordered earliest first; None when there are none.
+
+    A hinted real failure, else the earliest real one (not only a consequence of
+    another's), else the earliest failure of all. Callers leave out what safelaunch
+    stopped: it never failed.
+    """
+    causes = [f for f in failures if real(f)]
+    hint = [f for f in causes if hinted(f)] if hinted is not None else []
+    candidates = hint or causes or list(failures)
+    return candidates[0] if candidates else None
+
+
+def after_cause(
+    failures: Sequence[Failure], root: Failure | None, real: Callable[[Failure], bool]
+) -> list[Failure]:
+    """The failures that only followed another's (consequences), in their order, root left out."""
+    return [f for f in failures if f is not root and not real(f)]
 
 
 def _order(rank: RankEvidence) -> tuple[float, int]:
@@ -89,22 +120,18 @@ def find_root_cause(
     """
     failed = sorted((r for r in ranks if r.failed), key=_order)
     found = {r.rank: matches(r.text, r.signum, table) for r in ranks}
-    real = [r for r in failed if not found[r.rank] or cause(found[r.rank]) is not None]
+
+    def is_real(rank: RankEvidence) -> bool:  # its log shows a cause, or nothing known
+        return not found[rank.rank] or cause(found[rank.rank]) is not None
+
+    real = [r for r in failed if is_real(r)]
     leaver = _left_early(ranks, failed, real)
-    hinted = [r for r in real if r.rank == hint]
-    candidates = hinted or real or failed
-    if leaver is None and not candidates:
+    root = leaver or first_cause(failed, is_real, lambda r: r.rank == hint)
+    if root is None:
         return None
-    root = leaver or candidates[0]
-    others_follow = any(
-        r is not root and found[r.rank] and cause(found[r.rank]) is None for r in failed
-    )
-    left = leaver is not None or (others_follow and _no_error(root, found[root.rank]))
-    consequences = tuple(
-        (r.rank, found[r.rank][0].signature.id)
-        for r in failed
-        if r is not root and found[r.rank] and cause(found[r.rank]) is None
-    )
+    followed = after_cause(failed, root, is_real)
+    left = leaver is not None or (bool(followed) and _no_error(root, found[root.rank]))
+    consequences = tuple((r.rank, found[r.rank][0].signature.id) for r in followed)
     error = error_text(root.text, root.error_file)
     if left and error is None and root.leave is not None and root.leave.how == "sys.exit":
         # where it left is the line to look at: the SystemExit the bootstrap recorded
