@@ -9,15 +9,36 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal, get_args
 
 from safelaunch import exitcodes
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
+from safelaunch.supervisor.teardown import TeardownCause
 
-SUCCEEDED, FAILED, STOPPED, NOT_STARTED = "succeeded", "failed", "stopped", "not started"
-HUNG, INTERRUPTED = "hung", "interrupted"  # attempt statuses besides succeeded / failed
+# The closed vocabularies of report.json ("status", ranks' "state"): Literals, so the
+# values written stay the plain strings they always were and mypy checks every comparison.
+AttemptStatus = Literal["succeeded", "failed", "hung", "interrupted", "passed", "timeboxed"]
+RankState = Literal["succeeded", "failed", "stopped", "not started"]
+
+SUCCEEDED: Final = "succeeded"  # an attempt, or a rank
+FAILED: Final = "failed"  # an attempt, or a rank
+STOPPED: Final = "stopped"  # a rank safelaunch stopped itself
+NOT_STARTED: Final = "not started"  # a rank an earlier rank's failure to start kept back
+HUNG: Final = "hung"
+INTERRUPTED: Final = "interrupted"
 # an isolation rerun stopped by its time box: past the job's failure point, or at its cap
-PASSED, TIMEBOXED = "passed", "timeboxed"
+PASSED: Final = "passed"
+TIMEBOXED: Final = "timeboxed"
+ATTEMPT_STATUSES: tuple[AttemptStatus, ...] = get_args(AttemptStatus)
+
+
+def attempt_status(text: str) -> AttemptStatus:
+    """An attempt's status read back (another node's summary); ValueError if it is none."""
+    for status in ATTEMPT_STATUSES:
+        if status == text:
+            return status
+    raise ValueError(f"{text!r} is not an attempt status")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,7 +48,7 @@ class RankResult:
     rank: int
     local_rank: int
     pid: int | None
-    state: str
+    state: RankState
     exit_code: int | None  # the process's own code; None when a signal ended it
     signal: int | None
     ended_after: float
@@ -59,7 +80,7 @@ class Outcome:
     """How an attempt ended and the code safelaunch exits with."""
 
     attempt: int
-    status: str  # succeeded | failed | hung | interrupted (| passed | timeboxed: reruns)
+    status: AttemptStatus  # passed and timeboxed: isolation reruns only
     ranks: tuple[RankResult, ...]
     first_failure: RankResult | None
     interrupt_signal: int | None
@@ -90,6 +111,7 @@ def signal_name(signum: int) -> str:
 def judge(exit_: RankExit, teardown_after: float | None) -> RankResult:
     """A rank failed if it ended non-zero before safelaunch began stopping ranks."""
     code = exit_.returncode
+    state: RankState
     if exit_.skipped:
         state = NOT_STARTED
     elif code == 0:
@@ -117,16 +139,18 @@ def outcome_of(record: AttemptRecord) -> Outcome:
     ranks = tuple(judge(e, record.teardown_after) for e in record.exits)
     failures = sorted((r for r in ranks if r.state == FAILED), key=lambda r: r.ended_after)
     first = failures[0] if failures else None
-    if record.teardown_cause == "signal" and record.interrupt_signal is not None:
+    status: AttemptStatus
+    cause = record.teardown_cause
+    if cause is TeardownCause.SIGNAL and record.interrupt_signal is not None:
         status, code = INTERRUPTED, exitcodes.for_signal(record.interrupt_signal)
-    elif record.teardown_cause == "hang":
+    elif cause is TeardownCause.HANG:
         status, code = HUNG, exitcodes.HANG
-    elif record.teardown_cause in ("passed", "timebox") and first is None:
-        status = PASSED if record.teardown_cause == "passed" else TIMEBOXED
+    elif cause in (TeardownCause.PASSED, TeardownCause.TIMEBOX) and first is None:
+        status = PASSED if cause is TeardownCause.PASSED else TIMEBOXED
         code = exitcodes.SUCCESS
     elif first is not None:
         status, code = FAILED, first.shell_code
-    elif record.teardown_cause == "peer":  # the cause is on another node
+    elif cause is TeardownCause.PEER:  # the cause is on another node
         status, code = FAILED, 1
     else:
         status, code = SUCCEEDED, exitcodes.SUCCESS

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import get_args
 
+import pytest
+
+from safelaunch.classes import CLASSES
 from safelaunch.diagnose import diagnose, parse_traceback
-from safelaunch.outcome import FAILED, STOPPED, SUCCEEDED, outcome_of
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.outcome import (
+    FAILED,
+    HUNG,
+    STOPPED,
+    SUCCEEDED,
+    AttemptStatus,
+    RankState,
+    attempt_status,
+    outcome_of,
+)
 from safelaunch.plan import LaunchPlan, RunIdentity
-from safelaunch.report import render_summary
+from safelaunch.report import render_summary, report_record
 from safelaunch.supervisor import AttemptRecord, RankExit
+from safelaunch.supervisor.teardown import TeardownCause
 
 RUN = RunIdentity(
     run_id="r", run_dir=Path("/l/r"), token="t", private_dir=Path("/p"), launcher_pid=1
@@ -45,7 +61,7 @@ def _exit(rank: int, returncode: int, at: float) -> RankExit:
 def _record(
     exits: list[RankExit],
     teardown: float | None,
-    cause: str | None = None,
+    cause: TeardownCause | None = None,
     signum: int | None = None,
 ) -> AttemptRecord:
     return AttemptRecord(
@@ -65,7 +81,7 @@ def test_earliest_failure_is_the_root_cause_and_killed_ranks_are_not_failures() 
     record = _record(
         [_exit(0, -15, 1.3), _exit(1, 1, 1.21), _exit(2, -11, 1.2), _exit(3, 0, 0.5)],
         teardown=1.25,
-        cause="rank failed",
+        cause=TeardownCause.RANK_FAILED,
     )
     outcome = outcome_of(record)
     assert [r.state for r in outcome.ranks] == [STOPPED, FAILED, FAILED, SUCCEEDED]
@@ -78,7 +94,9 @@ def test_earliest_failure_is_the_root_cause_and_killed_ranks_are_not_failures() 
 
 
 def test_interrupt_exit_code_is_128_plus_signal() -> None:
-    outcome = outcome_of(_record([_exit(0, -2, 1.0)], teardown=0.9, cause="signal", signum=2))
+    outcome = outcome_of(
+        _record([_exit(0, -2, 1.0)], teardown=0.9, cause=TeardownCause.SIGNAL, signum=2)
+    )
     assert (outcome.status, outcome.exit_code) == ("interrupted", 130)
     assert render_summary(outcome, diagnose(outcome)).startswith("interrupted by SIGINT")
 
@@ -86,7 +104,7 @@ def test_interrupt_exit_code_is_128_plus_signal() -> None:
 def test_many_ranks_fold_into_ranges() -> None:
     exits = [_exit(r, -15, 2.0) for r in range(64)]
     exits[17] = _exit(17, 1, 1.0)
-    outcome = outcome_of(_record(exits, teardown=1.1, cause="rank failed"))
+    outcome = outcome_of(_record(exits, teardown=1.1, cause=TeardownCause.RANK_FAILED))
     text = render_summary(outcome, diagnose(outcome))
     assert "ranks 0-16,18-63: stopped by safelaunch (SIGTERM)" in text
     assert len(text.splitlines()) < 8
@@ -109,3 +127,25 @@ def test_traceback_parsing_points_at_user_code_and_strips_rank_markers() -> None
         "/home/u/train.py:57 in <module>",
     )
     assert parse_traceback("no traceback here") is None
+
+
+def test_statuses_and_classes_are_closed_vocabularies_written_as_before() -> None:
+    """Literals: report.json keeps the plain strings; a name read back is checked."""
+    assert get_args(AttemptStatus) == (
+        "succeeded", "failed", "hung", "interrupted", "passed", "timeboxed",
+    )  # fmt: skip
+    assert get_args(RankState) == ("succeeded", "failed", "stopped", "not started")
+    assert attempt_status("hung") == HUNG
+    with pytest.raises(ValueError, match="not an attempt status"):
+        attempt_status("sucess")
+    assert CLASSES == (
+        "environment/launch", "communication", "data/sampling", "model/gradient",
+        "resources", "unknown",
+    )  # fmt: skip
+    assert {s.klass for s in SIGNATURES} <= set(CLASSES)
+    outcome = outcome_of(
+        _record([_exit(0, -2, 1.0), _exit(1, 0, 0.5)], 0.9, TeardownCause.SIGNAL, signum=2)
+    )
+    written = json.loads(json.dumps(report_record(outcome, diagnose(outcome), "r", 0)))
+    assert written["status"] == "interrupted" and written["attempts"][0]["status"] == "interrupted"
+    assert [r["state"] for r in written["ranks"]] == ["stopped", "succeeded"]

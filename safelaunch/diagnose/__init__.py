@@ -27,7 +27,13 @@ from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.reading import LOG_TAIL
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
-from safelaunch.diagnose.signatures import COMMUNICATION, SIGNATURES, UNKNOWN, Signature
+from safelaunch.diagnose.signatures import (
+    COMMUNICATION,
+    SIGNATURES,
+    UNKNOWN,
+    FailureClass,
+    Signature,
+)
 from safelaunch.diagnose.stragglers import Arrivals
 from safelaunch.outcome import FAILED, HUNG, SUCCEEDED, Outcome, RankResult
 
@@ -51,7 +57,7 @@ class Diagnosis:
     root_cause: RankResult | None
     error: ErrorText | None
     hang: HangAnalysis | None = None
-    klass: str | None = None  # one of the five classes, or unknown; None on success
+    klass: FailureClass | None = None  # one of the five classes, or unknown; None on success
     signature: Signature | None = None
     evidence: str | None = None  # the log line that matched the signature
     consequences: tuple[tuple[int, str], ...] = ()  # (rank, signature id): failed because of it
@@ -65,7 +71,7 @@ class Diagnosis:
     last_lines: tuple[str, ...] = ()  # the root cause's log ends, when it has no error line
 
 
-def hang_class(hang: HangAnalysis) -> str:
+def hang_class(hang: HangAnalysis) -> FailureClass:
     """Communication when the culprits wait in a collective (or every rank does alike);
     unknown when a culprit is stuck in its own code: its stack, not the network, is the lead."""
     stuck_outside = any(

@@ -13,24 +13,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from safelaunch import exitcodes
 from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import after_cause, first_cause
 from safelaunch.diagnose.signatures import SIGNATURES
-from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome
+from safelaunch.outcome import (
+    FAILED,
+    HUNG,
+    INTERRUPTED,
+    SUCCEEDED,
+    AttemptStatus,
+    Outcome,
+    attempt_status,
+)
 from safelaunch.rendezvous.stops import NodeStop
 
 CONSEQUENCES = tuple(s for s in SIGNATURES if s.consequence)
+JobStatus = Literal["succeeded", "failed", "hung", "interrupted"]  # report.json's job.status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobVerdict:
     """How the attempt ended across all nodes."""
 
-    status: str  # succeeded | failed | hung | interrupted
+    status: JobStatus
     code: int
     lines: tuple[str, ...]  # for the summary, root cause first
     lost: tuple[int, ...]  # nodes that never reported
@@ -85,7 +94,7 @@ class NodeSummary:
 
     node: int
     host: str
-    status: str
+    status: AttemptStatus
     code: int
     root_rank: int | None  # its root cause; None when it has none (stopped by another node)
     ending: str | None  # that rank's end in one line
@@ -112,7 +121,7 @@ def read_summary(data: Mapping[str, Any] | None) -> NodeSummary | None:
         return NodeSummary(
             node=int(data["node"]),
             host=str(data["host"]),
-            status=str(data["status"]),
+            status=attempt_status(str(data["status"])),
             code=int(data["exit_code"]),
             root_rank=data["diagnosis"]["root_cause_rank"],
             ending=data["ending"],

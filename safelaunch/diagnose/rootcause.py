@@ -20,7 +20,7 @@ from safelaunch.diagnose.errortext import ErrorText, error_text
 from safelaunch.diagnose.leaving import Leave
 from safelaunch.diagnose.match import Match, cause, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
-from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, Signature
+from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, FailureClass, Signature
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +45,7 @@ class RootCause:
     error: ErrorText | None
     signature: Signature | None
     evidence: str | None  # the log line that matched the signature
-    klass: str
+    klass: FailureClass
     consequences: tuple[tuple[int, str], ...]
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
     left_early: bool = False  # it ended while its peers still communicated

@@ -11,13 +11,16 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-ENVIRONMENT = "environment/launch"
-COMMUNICATION = "communication"
-DATA = "data/sampling"
-MODEL = "model/gradient"
-RESOURCES = "resources"
-UNKNOWN = "unknown"
-CLASSES = (ENVIRONMENT, COMMUNICATION, DATA, MODEL, RESOURCES, UNKNOWN)
+# The classes are safelaunch/classes.py's (lint uses them too); re-exported here, where
+# the signatures that carry them live.
+from safelaunch.classes import CLASSES as CLASSES
+from safelaunch.classes import COMMUNICATION as COMMUNICATION
+from safelaunch.classes import DATA as DATA
+from safelaunch.classes import ENVIRONMENT as ENVIRONMENT
+from safelaunch.classes import MODEL as MODEL
+from safelaunch.classes import RESOURCES as RESOURCES
+from safelaunch.classes import UNKNOWN as UNKNOWN
+from safelaunch.classes import FailureClass as FailureClass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,7 +28,7 @@ class Signature:
     """A recognisable failure: how to spot it, what it means, what to do next."""
 
     id: str
-    klass: str
+    klass: FailureClass
     patterns: tuple[str, ...] = ()  # regular expressions over the rank's log (any may match)
     signals: tuple[int, ...] = ()  # or: the rank died of one of these signals
     meaning: str

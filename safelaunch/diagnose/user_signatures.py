@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from safelaunch.classes import failure_class
 from safelaunch.diagnose.match import PATTERN_ERROR, compile_pattern
-from safelaunch.diagnose.signatures import CLASSES, SIGNATURES, UNKNOWN, Signature
+from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, Signature
 from safelaunch.errors import ConfigError
 from safelaunch.userfiles import BadFile, load_toml
 
@@ -80,22 +81,17 @@ def from_records(records: list[Any], source: str) -> tuple[Signature, ...]:
                 _check_pattern(pattern)
             signature = Signature(
                 id=_text(record, "id"),
-                klass=_text(record, "class", UNKNOWN),
                 patterns=patterns,
                 meaning=_text(record, "meaning"),
                 next_steps=_strings(record, "next_steps"),
                 isolation_helps=_flag(record, "isolation_helps"),
                 consequence=_flag(record, "consequence"),
+                klass=failure_class(_text(record, "class", UNKNOWN)),  # checked last, as before
             )
         except KeyError as exc:
             raise ConfigError(f"{where} has no {exc.args[0]!r}", "see docs/signatures.md") from None
         except TypeError as exc:
             raise ConfigError(f"{where}: {exc}", "see docs/signatures.md") from None
-        if signature.klass not in CLASSES:
-            raise ConfigError(
-                f"{where}: class {signature.klass!r} is not one of {', '.join(CLASSES)}",
-                "see docs/signatures.md",
-            )
         if not signature.patterns:
             raise ConfigError(f"{where} has no patterns", "give at least one regular expression")
         signatures.append(signature)

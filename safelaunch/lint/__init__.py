@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
+from safelaunch.classes import FailureClass
 from safelaunch.lint.rules import RULES, Rule, Severity
 from safelaunch.lint.scan import parse
 
@@ -32,7 +33,7 @@ class Finding:
     message: str
     why: str
     fix: str
-    klass: str
+    klass: FailureClass
     signatures: tuple[str, ...]
 
     def render(self, script: str) -> str:
@@ -109,7 +110,9 @@ def from_json(text: str) -> LintResult:
     return LintResult(findings=findings, problem=data["problem"])
 
 
-def related(findings: Sequence[Finding], klass: str | None, signature: str | None) -> list[Finding]:
+def related(
+    findings: Sequence[Finding], klass: FailureClass | None, signature: str | None
+) -> list[Finding]:
     """Findings that predicted this failure: its signature first, else its class."""
     if signature is not None:
         exact = [f for f in findings if signature in f.signatures]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from safelaunch.classes import COMMUNICATION, DATA, ENVIRONMENT, MODEL, RESOURCES, FailureClass
 from safelaunch.lint.checks import (
     batchnorm_without_sync,
     collective_under_rank_condition,
@@ -32,14 +33,6 @@ from safelaunch.lint.checks import (
 from safelaunch.lint.scan import Script
 
 Severity = Literal["error", "warning", "hint"]
-# The failure classes of diagnose/signatures.py (lint sits below diagnose: no import).
-ENVIRONMENT, COMMUNICATION, DATA, MODEL, RESOURCES = (
-    "environment/launch",
-    "communication",
-    "data/sampling",
-    "model/gradient",
-    "resources",
-)
 Check = Callable[[Script], Iterator[ast.Call]]
 
 
@@ -49,7 +42,7 @@ class Rule:
 
     id: str
     severity: Severity
-    klass: str
+    klass: FailureClass
     signatures: tuple[str, ...]  # failure signatures it leads to
     title: str
     why: str
