@@ -15,6 +15,7 @@ from safelaunch import exitcodes
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
+from safelaunch.vocab import word_of
 
 # The closed vocabularies of report.json ("status", ranks' "state"): Literals, so the
 # values written stay the plain strings they always were and mypy checks every comparison.
@@ -35,10 +36,10 @@ ATTEMPT_STATUSES: tuple[AttemptStatus, ...] = get_args(AttemptStatus)
 
 def attempt_status(text: str) -> AttemptStatus:
     """An attempt's status read back (another node's summary); ValueError if it is none."""
-    for status in ATTEMPT_STATUSES:
-        if status == text:
-            return status
-    raise ValueError(f"{text!r} is not an attempt status")
+    status = word_of(text, ATTEMPT_STATUSES)
+    if status is None:
+        raise ValueError(f"{text!r} is not an attempt status")
+    return status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

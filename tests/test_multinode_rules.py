@@ -276,6 +276,16 @@ class _Store:
         return all(k in self.data for k in keys)
 
 
+def _member(store: _Store, node: int, lost_after: float, beat_every: float) -> Membership:
+    """Node `node` of two, one rank each, over `store`."""
+    place = Placement(
+        node=node, nodes=2, base_rank=node, world_size=2, master_addr="a", master_port=1,
+        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
+    )  # fmt: skip
+    joined = Joined(node=node, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
+    return Membership(store, joined, place, lost_after=lost_after, beat_every=beat_every)
+
+
 class _Patient:
     def __init__(self) -> None:
         self.told: list[list[int]] = []
@@ -289,12 +299,7 @@ def test_a_finished_node_waits_for_a_live_node_past_any_fixed_grace() -> None:
     """Node 1 finished; node 0's launcher keeps beating and reports after 1.5 s: its verdict
     counts, although the fixed grace (here 0.3 s) ran out long before."""
     store = _Store()
-    place = Placement(
-        node=1, nodes=2, base_rank=1, world_size=2, master_addr="a", master_port=1,
-        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
-    )  # fmt: skip
-    joined = Joined(node=1, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
-    membership = Membership(store, joined, place, lost_after=0.3, beat_every=0.05)
+    membership = _member(store, 1, lost_after=0.3, beat_every=0.05)
     membership.start_beating()
     late_node = threading.Event()
 
@@ -316,12 +321,7 @@ def test_a_finished_node_waits_for_a_live_node_past_any_fixed_grace() -> None:
 
 def test_a_node_that_stops_beating_is_not_waited_for() -> None:
     store = _Store()
-    place = Placement(
-        node=1, nodes=2, base_rank=1, world_size=2, master_addr="a", master_port=1,
-        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
-    )  # fmt: skip
-    joined = Joined(node=1, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
-    membership = Membership(store, joined, place, lost_after=0.3, beat_every=0.05)
+    membership = _member(store, 1, lost_after=0.3, beat_every=0.05)
     membership.start_beating()
     started = time.monotonic()
     summaries = membership.end_attempt(0, {"node": 1}, 60, _Patient())
@@ -360,12 +360,7 @@ def test_only_a_node_that_does_not_host_the_store_probes_it(
 def test_a_stop_travels_as_a_record_and_reads_as_before(stop: stops.NodeStop, shown: str) -> None:
     """The announcement is JSON with its fields; the words are rendered, never parsed."""
     store = _Store()
-    place = Placement(
-        node=0, nodes=2, base_rank=0, world_size=2, master_addr="a", master_port=1,
-        run_id="r", hosts=("a", "b"), nprocs=(1, 1),
-    )  # fmt: skip
-    joined = Joined(node=0, nodes=2, master_addr="a", master_port=1, shutdown=lambda: None)
-    membership = Membership(store, joined, place, lost_after=3, beat_every=1)
+    membership = _member(store, 0, lost_after=3, beat_every=1)
     assert membership.first_stop(stop.attempt) is None
     membership.announce_stop(stop.attempt, stop)
     membership.announce_stop(stop.attempt, stops.hang(0, stop.attempt, 9))  # the first one wins

@@ -8,7 +8,6 @@ from typing import get_args
 
 import pytest
 
-from safelaunch.classes import CLASSES
 from safelaunch.diagnose import diagnose, parse_traceback
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import (
@@ -25,6 +24,7 @@ from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.report import render_summary, report_record
 from safelaunch.supervisor import AttemptRecord, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
+from safelaunch.vocab import CLASSES
 
 RUN = RunIdentity(
     run_id="r", run_dir=Path("/l/r"), token="t", private_dir=Path("/p"), launcher_pid=1

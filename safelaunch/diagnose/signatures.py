@@ -11,16 +11,16 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-# The classes are safelaunch/classes.py's (lint uses them too); re-exported here, where
+# The classes are safelaunch/vocab.py's (lint uses them too); re-exported here, where
 # the signatures that carry them live.
-from safelaunch.classes import CLASSES as CLASSES
-from safelaunch.classes import COMMUNICATION as COMMUNICATION
-from safelaunch.classes import DATA as DATA
-from safelaunch.classes import ENVIRONMENT as ENVIRONMENT
-from safelaunch.classes import MODEL as MODEL
-from safelaunch.classes import RESOURCES as RESOURCES
-from safelaunch.classes import UNKNOWN as UNKNOWN
-from safelaunch.classes import FailureClass as FailureClass
+from safelaunch.vocab import CLASSES as CLASSES
+from safelaunch.vocab import COMMUNICATION as COMMUNICATION
+from safelaunch.vocab import DATA as DATA
+from safelaunch.vocab import ENVIRONMENT as ENVIRONMENT
+from safelaunch.vocab import MODEL as MODEL
+from safelaunch.vocab import RESOURCES as RESOURCES
+from safelaunch.vocab import UNKNOWN as UNKNOWN
+from safelaunch.vocab import FailureClass as FailureClass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from safelaunch.classes import failure_class
 from safelaunch.diagnose.match import PATTERN_ERROR, compile_pattern
 from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, Signature
 from safelaunch.errors import ConfigError
 from safelaunch.userfiles import BadFile, load_toml
+from safelaunch.vocab import failure_class
 
 MAX_USER_PATTERN = 1000  # characters; a signature is a phrase, not a program
 _RECORD_KEYS = {

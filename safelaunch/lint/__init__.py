@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from safelaunch.classes import FailureClass
 from safelaunch.lint.rules import RULES, Rule, Severity
 from safelaunch.lint.scan import parse
+from safelaunch.vocab import FailureClass
 
 # Bumped whenever a rule changes what it finds: cached results of older rules are ignored.
 RULES_VERSION = "1"

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from safelaunch.classes import COMMUNICATION, DATA, ENVIRONMENT, MODEL, RESOURCES, FailureClass
 from safelaunch.lint.checks import (
     batchnorm_without_sync,
     collective_under_rank_condition,
@@ -31,6 +30,7 @@ from safelaunch.lint.checks import (
     spawn_under_launcher,
 )
 from safelaunch.lint.scan import Script
+from safelaunch.vocab import COMMUNICATION, DATA, ENVIRONMENT, MODEL, RESOURCES, FailureClass
 
 Severity = Literal["error", "warning", "hint"]
 Check = Callable[[Script], Iterator[ast.Call]]

@@ -75,20 +75,13 @@ def rank_failed(node: int, attempt: int, rank: int, returncode: int) -> NodeStop
 
 
 def interrupted(node: int, attempt: int, signum: int) -> NodeStop:
-    name = signal.Signals(signum).name
-    return NodeStop(
-        kind=StopKind.INTERRUPTED,
-        node=node,
-        attempt=attempt,
-        text=f"interrupted by {name}",
-        code=signum,
-    )
+    text = f"interrupted by {signal.Signals(signum).name}"
+    return NodeStop(kind=StopKind.INTERRUPTED, node=node, attempt=attempt, text=text, code=signum)
 
 
 def hang(node: int, attempt: int, timeout: float) -> NodeStop:
-    return NodeStop(
-        kind=StopKind.HANG, node=node, attempt=attempt, text=f"hang: no progress for {timeout:g} s"
-    )
+    text = f"hang: no progress for {timeout:g} s"
+    return NodeStop(kind=StopKind.HANG, node=node, attempt=attempt, text=text)
 
 
 def from_json(text: str) -> NodeStop:
