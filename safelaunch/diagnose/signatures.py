@@ -11,8 +11,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-# The classes are safelaunch/vocab.py's (lint uses them too); re-exported here, where
-# the signatures that carry them live.
+# the classes (vocab.py: lint shares them), re-exported beside the signatures that carry them
 from safelaunch.vocab import CLASSES as CLASSES
 from safelaunch.vocab import COMMUNICATION as COMMUNICATION
 from safelaunch.vocab import DATA as DATA
