@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement, assign, fact_mismatches
@@ -340,8 +341,8 @@ def join(
     finally:
         if probe is not None:
             probe.stop()
-    interval = float(config.rdzv_conf.get("keep_alive_interval", 5))
-    attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", 3))
+    interval = float(config.rdzv_conf.get("keep_alive_interval", defaults.KEEP_ALIVE_INTERVAL_S))
+    attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", defaults.KEEP_ALIVE_MAX_ATTEMPT))
     membership = Membership(
         store,
         joined,
@@ -359,7 +360,7 @@ def join(
         lost_after=interval * attempts,
         beat_every=interval / 2,
     )
-    timeout = float(config.rdzv_conf.get("join_timeout", 600))
+    timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
     mine = json.dumps({"host": host, "nproc": nproc, **facts})
     found = membership.gather("node", mine, timeout)
     missing = [node for node, value in enumerate(found) if value is None]

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 
 PROBE_EVERY = 1.0  # seconds between connection attempts
@@ -41,7 +42,7 @@ def probe_target(config: LaunchConfig) -> tuple[str, int, str] | None:
     if config.rdzv_backend == "static":
         if config.node_rank == 0:
             return None
-        timeout = conf.get("timeout", conf.get("join_timeout", "600"))
+        timeout = conf.get("timeout", conf.get("join_timeout", str(defaults.JOIN_TIMEOUT_S)))
         host = config.master_addr or "127.0.0.1"
         return host, config.master_port or STATIC_PORT, f"join_timeout ({timeout} s)"
     host, _, port = (config.rdzv_endpoint or "").strip().rpartition(":")

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Any
 
+from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous.membership import Joined
@@ -53,7 +54,7 @@ def _parameters(config: LaunchConfig) -> Any:
         port = config.master_port or STATIC_DEFAULT_PORT
         endpoint = f"{config.master_addr or '127.0.0.1'}:{port}"
         conf["rank"] = config.node_rank
-        conf.setdefault("timeout", conf.get("join_timeout", "600"))
+        conf.setdefault("timeout", conf.get("join_timeout", str(defaults.JOIN_TIMEOUT_S)))
     else:
         endpoint = config.rdzv_endpoint
     return RendezvousParameters(
