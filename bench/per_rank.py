@@ -8,9 +8,10 @@ is the slope of a least-squares line through the four points. Target: safelaunch
 <= 2x the floor's. The same for CPU time (user + system of the launcher, or the shell, and
 of every process it waited for): on a machine busier than its cores the wall slope mostly
 measures the load (then it is printed but not judged); the CPU slope still says what a
-rank costs. Also the launcher-side costs a launch pays once: importing the launcher
-and the preflight without GPUs (target < 0.5 s; it was a test assert before, and a timing
-target belongs here).
+rank costs. Also the launcher-side costs a launch pays once: importing the launcher (and,
+of that, creating its dataclasses) and the preflight without GPUs (target < 0.5 s; it was
+a test assert before, and a timing target belongs here); and what the rank bootstrap adds
+to one rank's start over a bare interpreter (CPU).
 
 Every figure is the minimum of --repeat runs: the minimum is the run least disturbed by
 whatever else the machine is doing, and shared machines are rarely idle.
@@ -56,16 +57,33 @@ def slope(points: dict[int, float]) -> float:
     return num / sum((n - mean_n) ** 2 for n in points)
 
 
-def launcher_costs(work: Path, repeat: int) -> tuple[float, float]:
-    """(importing the launch path, preflight of 4 ranks without GPUs), each the minimum."""
-    code = (
-        "import time; t = time.perf_counter(); import safelaunch.cli, safelaunch.launch; "
-        "print(time.perf_counter() - t)"
-    )
-    imports = min(
-        float(subprocess.run([PYTHON, "-c", code], capture_output=True, check=True).stdout)
+# Imports the launch path the way a launch does, timing the dataclasses it creates on the way
+# (dataclasses.wrap looks _process_class up at each call, so the wrapper sees every one).
+IMPORTS = """
+import dataclasses, time
+spent, count, process = 0.0, 0, dataclasses._process_class
+def timed(*args, **kwargs):
+    global spent, count
+    start = time.perf_counter()
+    try:
+        return process(*args, **kwargs)
+    finally:
+        spent, count = spent + time.perf_counter() - start, count + 1
+dataclasses._process_class = timed
+start = time.perf_counter()
+import safelaunch.cli, safelaunch.launch
+print(time.perf_counter() - start, spent, count)
+"""
+
+
+def launcher_costs(work: Path, repeat: int) -> tuple[tuple[float, float, int], float]:
+    """((importing the launch path, of it creating dataclasses, how many), preflight of 4 ranks
+    without GPUs), each the minimum."""
+    runs = [
+        subprocess.run([PYTHON, "-c", IMPORTS], capture_output=True, check=True).stdout.split()
         for _ in range(repeat)
-    )
+    ]
+    imports = min((float(total), float(spent), int(count)) for total, spent, count in runs)
     from types import MappingProxyType
 
     from safelaunch.config import LaunchConfig
@@ -83,6 +101,39 @@ def launcher_costs(work: Path, repeat: int) -> tuple[float, float]:
         preflight = min(preflight, time.perf_counter() - start)
         report.master_port.release()
     return imports, preflight
+
+
+def bootstrap_cost(work: Path, repeat: int) -> tuple[float, float]:
+    """Minimum CPU seconds of one empty rank started through the bootstrap, with what a
+    launch turns on in it (heartbeat, stack and flight-record signal, parent-death
+    signal), and of a bare `python noop.py`."""
+    from safelaunch.plan import DUMP_SIGNAL
+    from safelaunch.rank import names
+
+    (work / "flight").mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "RANK": "0",
+        names.HEARTBEAT_DIR: str(work),
+        names.HEARTBEAT_INTERVAL: "2.0",
+        names.DUMP_SIGNAL: str(int(DUMP_SIGNAL)),
+        names.STACKS_FILE: str(work / "rank0.stacks"),
+        names.FLIGHT_DIR: str(work / "flight"),
+        names.COMM_FILE: str(work / "rank0.comm.json"),
+        names.LAUNCHER_PID: str(os.getpid()),  # the rank's parent: this process
+    }
+    argv = [PYTHON, "-u", "-c", names.BOOTSTRAP_CODE, "script", "noop.py"]
+
+    def cpu(argv: list[str], env: dict[str, str] | None) -> float:
+        proc = subprocess.Popen(argv, cwd=work, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{argv} failed")
+        return usage.ru_utime + usage.ru_stime
+
+    ranked = min(cpu(argv, env) for _ in range(repeat * 3))
+    bare = min(cpu([PYTHON, "noop.py"], None) for _ in range(repeat * 3))
+    return ranked, bare
 
 
 def main() -> None:
@@ -105,6 +156,7 @@ def main() -> None:
             argv = [*launch, f"--nproc_per_node={n}", "noop.py"]
             ours[n], ours_cpu[n] = best_of(argv, work, args.repeat)
         imports, preflight = launcher_costs(work, args.repeat)
+        ranked, bare = bootstrap_cost(work, args.repeat)
     load = os.getloadavg()
     print(f"empty ranks, minimum of {args.repeat} runs each ({os.cpu_count()} cores; load")
     print(f"average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}: on a busy machine every figure")
@@ -136,7 +188,14 @@ def main() -> None:
     )
     print(f"  fixed cost at N=1: safelaunch {ours[1]:.3f} s, floor {floor[1]:.3f} s")
     verdict = "ok" if preflight < 0.5 else "MISSED"
-    print(f"launcher import (cli + launch): {imports * 1000:.1f} ms")
+    print(
+        f"launcher import (cli + launch): {imports[0] * 1000:.1f} ms, of which creating its "
+        f"{imports[2]} dataclasses {imports[1] * 1000:.1f} ms"
+    )
+    print(
+        f"one empty rank, CPU: through the bootstrap {ranked * 1000:.1f} ms, bare interpreter "
+        f"{bare * 1000:.1f} ms (the bootstrap adds {(ranked - bare) * 1000:.1f} ms)"
+    )
     print(f"preflight of 4 ranks, no GPUs: {preflight * 1000:.1f} ms (target < 500: {verdict})")
 
 
