@@ -103,10 +103,16 @@ def launcher_costs(work: Path, repeat: int) -> tuple[tuple[float, float, int], f
     return imports, preflight
 
 
-def bootstrap_cost(work: Path, repeat: int) -> tuple[float, float]:
+def bootstrap_cost(work: Path, repeat: int) -> dict[str, tuple[float, float]]:
     """Minimum CPU seconds of one empty rank started through the bootstrap, with what a
     launch turns on in it (heartbeat, stack and flight-record signal, parent-death
-    signal), and of a bare `python noop.py`."""
+    signal), and of a bare `python noop.py`: as this checkout runs them, and without
+    `site` (python -S, the package found through PYTHONPATH).
+
+    The second is what a plain install costs: an editable install's site hook imports
+    re, enum, functools and pathlib into every interpreter, which makes the bare one
+    dearer (~23 ms instead of ~10 ms here) and the bootstrap's own imports look cheaper.
+    """
     from safelaunch.plan import DUMP_SIGNAL
     from safelaunch.rank import names
 
@@ -122,18 +128,27 @@ def bootstrap_cost(work: Path, repeat: int) -> tuple[float, float]:
         names.COMM_FILE: str(work / "rank0.comm.json"),
         names.LAUNCHER_PID: str(os.getpid()),  # the rank's parent: this process
     }
-    argv = [PYTHON, "-u", "-c", names.BOOTSTRAP_CODE, "script", "noop.py"]
+    package_root = str(Path(names.__file__).parents[2])
 
-    def cpu(argv: list[str], env: dict[str, str] | None) -> float:
+    def cpu(argv: list[str], env: dict[str, str]) -> float:
         proc = subprocess.Popen(argv, cwd=work, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"{argv} failed")
         return usage.ru_utime + usage.ru_stime
 
-    ranked = min(cpu(argv, env) for _ in range(repeat * 3))
-    bare = min(cpu([PYTHON, "noop.py"], None) for _ in range(repeat * 3))
-    return ranked, bare
+    found: dict[str, tuple[float, float]] = {}
+    for name, flags, extra in (
+        ("as installed here", [], {}),
+        ("without site", ["-S"], {"PYTHONPATH": package_root}),
+    ):
+        rank = [PYTHON, *flags, "-u", "-c", names.BOOTSTRAP_CODE, "script", "noop.py"]
+        ranked = min(cpu(rank, {**env, **extra}) for _ in range(repeat * 3))
+        bare = min(
+            cpu([PYTHON, *flags, "noop.py"], {**os.environ, **extra}) for _ in range(repeat * 3)
+        )
+        found[name] = (ranked, bare)
+    return found
 
 
 def main() -> None:
@@ -156,7 +171,7 @@ def main() -> None:
             argv = [*launch, f"--nproc_per_node={n}", "noop.py"]
             ours[n], ours_cpu[n] = best_of(argv, work, args.repeat)
         imports, preflight = launcher_costs(work, args.repeat)
-        ranked, bare = bootstrap_cost(work, args.repeat)
+        bootstrap = bootstrap_cost(work, args.repeat)
     load = os.getloadavg()
     print(f"empty ranks, minimum of {args.repeat} runs each ({os.cpu_count()} cores; load")
     print(f"average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}: on a busy machine every figure")
@@ -192,10 +207,12 @@ def main() -> None:
         f"launcher import (cli + launch): {imports[0] * 1000:.1f} ms, of which creating its "
         f"{imports[2]} dataclasses {imports[1] * 1000:.1f} ms"
     )
-    print(
-        f"one empty rank, CPU: through the bootstrap {ranked * 1000:.1f} ms, bare interpreter "
-        f"{bare * 1000:.1f} ms (the bootstrap adds {(ranked - bare) * 1000:.1f} ms)"
-    )
+    for name, (ranked, bare) in bootstrap.items():
+        print(
+            f"one empty rank, CPU, {name}: through the bootstrap {ranked * 1000:.1f} ms, "
+            f"bare interpreter {bare * 1000:.1f} ms (the bootstrap adds "
+            f"{(ranked - bare) * 1000:.1f} ms, {ranked / bare:.2f}x)"
+        )
     print(f"preflight of 4 ranks, no GPUs: {preflight * 1000:.1f} ms (target < 500: {verdict})")
 
 
