@@ -7,75 +7,28 @@ directory; no stage calls back into an earlier one.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes, multinode
+from safelaunch.attempt import Session, run_attempt
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import Diagnosis, diagnose, user_signatures
-from safelaunch.diagnose.signatures import Signature
-from safelaunch.lint import related
-from safelaunch.lint.report import lint_banner, lint_match
-from safelaunch.outcome import INTERRUPTED, Outcome, outcome_of, signal_name
-from safelaunch.plan import LaunchPlan, Rerun, RunIdentity, Timebox, build_plan
+from safelaunch.diagnose import user_signatures
+from safelaunch.lint.report import lint_banner
+from safelaunch.outcome import signal_name
+from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
-from safelaunch.report import (
-    exit_code,
-    isolation_record,
-    render_summary,
-    render_verdict,
-    report_record,
-    shown_path,
-    split_exit_line,
-    write_file,
-    write_report,
-)
+from safelaunch.report import shown_path, write_file
 from safelaunch.slurm import in_step
-from safelaunch.supervisor import (
-    AttemptRecord,
-    Keeper,
-    SignalReceiver,
-    become_subreaper,
-    open_attempt_logs,
-    supervise,
-)
+from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open_attempt_logs
 
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
-    from safelaunch.diagnose.isolation import CommUse, Verdict
     from safelaunch.rendezvous.membership import Membership
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Concluded:
-    """An attempt judged: its outcome, diagnosis, report.json content and exit code."""
-
-    outcome: Outcome
-    diagnosis: Diagnosis
-    report: dict[str, Any]
-    code: int
-    exit_line: str | None  # "exit code N ...": printed last, after any rerun
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Session:
-    """What every attempt and rerun of one run shares."""
-
-    config: LaunchConfig
-    preflight: PreflightReport
-    identity: RunIdentity
-    receiver: SignalReceiver
-    console: Console
-    keeper_pid: int
-    table: Sequence[Signature]
-    membership: Membership | None = None  # multi-node only
 
 
 def new_run(config: LaunchConfig) -> RunIdentity:
@@ -203,16 +156,8 @@ def _attempts(session: Session) -> int:
         if attempt == 0 and any(f.severity != "hint" for f in preflight.lint):
             console.say(lint_banner(config.training_script, preflight.lint), "warning")
         try:
-            record = supervise(
-                plan,
-                console,
-                receiver,
-                logs_ok=logs_ok,
-                keeper_pid=session.keeper_pid,
-                peers=membership.watch(attempt) if membership is not None else None,
-                write_file=write_file,
-            )
-            concluded = _conclude(record, session, history)
+            peers = membership.watch(attempt) if membership is not None else None
+            concluded = run_attempt(session, plan, logs_ok=logs_ok, peers=peers, history=history)
             closing = concluded.exit_line
             if membership is not None:
                 if closing is not None:  # this node's own; the job's verdict comes last
@@ -236,7 +181,10 @@ def _attempts(session: Session) -> int:
             console.close_log()
         if not retry or attempt == config.max_restarts:
             if retry and membership is None:
-                _isolate(session, plan, concluded)
+                # imported here: a job that succeeds never loads isolation (launch cost)
+                from safelaunch.isolation.driver import isolate
+
+                isolate(session, plan, concluded)
             elif retry:
                 console.say("isolation: no Gloo rerun: not available for multi-node jobs yet")
             if closing is not None:  # the last line printed, after any rerun
@@ -254,138 +202,3 @@ def _say_in_attempt_log(console: Console, plan: LaunchPlan, text: str) -> None:
         console.say(text)
     finally:
         console.close_log()
-
-
-def _conclude(record: AttemptRecord, session: Session, history: list[dict[str, Any]]) -> Concluded:
-    """Judge, diagnose, report (console, launcher.log, report.json); the attempt's exit code.
-
-    The summary's closing "exit code" line is held back: the caller prints it last.
-    """
-    outcome = outcome_of(record)
-    diagnosis = diagnose(outcome, session.table, record.plan.heartbeat_dir)
-    summary, exit_line = split_exit_line(render_summary(outcome, diagnosis))
-    lint, script = session.preflight.lint, session.config.training_script
-    if exit_line is not None and lint:  # a failure or hang: did lint see it coming?
-        signature = diagnosis.signature.id if diagnosis.signature else None
-        summary += lint_match(script, related(lint, diagnosis.klass, signature))
-    session.console.say(summary)
-    max_restarts = session.config.max_restarts
-    report = report_record(outcome, diagnosis, record.plan.run.run_id, max_restarts, history)
-    if not write_report(outcome.attempt_dir / "report.json", report):
-        # A full disk (or a log directory gone): the report is not lost, it is printed.
-        session.console.say(
-            f"cannot write {shown_path(outcome.attempt_dir / 'report.json')}; the report: "
-            + json.dumps(report, default=str),
-            "warning",
-        )
-    history.append(report["attempts"][-1])
-    return Concluded(
-        outcome=outcome,
-        diagnosis=diagnosis,
-        report=report,
-        code=exit_code(outcome, diagnosis),
-        exit_line=exit_line,
-    )
-
-
-def _isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
-    """The reruns after the last attempt failed or hung; their verdicts join its report.
-
-    They never change the exit code: that is the job's. A signal stops them.
-    """
-    from safelaunch.diagnose.isolation import (
-        detail_safe,
-        failure_point,
-        gloo_rerun,
-        read_comm,
-        single_rerun,
-        transport_reruns,
-    )
-    from safelaunch.diagnose.policy import should_isolate
-
-    config, console = session.config, session.console
-    job_comm = read_comm(job.outcome.attempt_dir)
-    decision = should_isolate(
-        config.isolate,
-        job.outcome,
-        job.diagnosis,
-        job_comm.backend,
-        detail_safe(job_comm, config.environ),
-    )
-    timebox = failure_point(plan, job.outcome, config.isolate_timeout)
-    reruns: list[Rerun] = []
-    notes: list[str] = []
-    if decision.run:
-        rerun, checks = gloo_rerun(timebox, job_comm, config.environ)
-        reruns.append(rerun)
-        notes.append(checks)
-    if config.isolate_single and len(plan.workers) > 1:
-        reruns.append(single_rerun(timebox))
-    if config.isolate_nccl:
-        transports, skipped = transport_reruns(timebox, config.environ)
-        reruns.extend(transports)
-        notes.extend(skipped)
-    if not decision.run:
-        console.say(f"isolation: no Gloo rerun: {decision.reason}")
-    verdicts: list[Verdict] = []
-    for rerun in reruns:
-        late = session.receiver.take()
-        if late:
-            notes.append(f"stopped by {signal_name(late[0])} before the rerun {rerun.purpose}")
-            break
-        verdict = _rerun(session, plan, job, rerun, job_comm)
-        verdicts.append(verdict)
-        if verdict.ran.status == INTERRUPTED:
-            notes.append(f"interrupted during the rerun {rerun.purpose}: later reruns skipped")
-            break
-    job.report["isolation"] = isolation_record(decision, verdicts, notes)
-    write_report(job.outcome.attempt_dir / "report.json", job.report)
-
-
-def _rerun(
-    session: Session, plan: LaunchPlan, job: Concluded, rerun: Rerun, job_comm: CommUse
-) -> Verdict:
-    """One isolation rerun, start to verdict, in its own directory with its own report.json."""
-    from safelaunch.diagnose.isolation import gloo_verdict, single_verdict, transport_verdict
-
-    config, console = session.config, session.console
-    rerun_plan = build_plan(config, session.preflight, session.identity, plan.attempt, rerun)
-    logs_ok = open_attempt_logs(rerun_plan, console)
-    console.say(
-        f"isolation: rerunning the job {rerun.purpose} to tell where the fault is; "
-        f"{_until(rerun.timebox)}; logs: "
-        f"{shown_path(rerun_plan.attempt_dir)}"
-    )
-    try:
-        record = supervise(
-            rerun_plan,
-            console,
-            session.receiver,
-            logs_ok=logs_ok,
-            keeper_pid=session.keeper_pid,
-            write_file=write_file,
-        )
-        outcome = outcome_of(record)
-        diagnosis = diagnose(outcome, session.table, rerun_plan.heartbeat_dir)
-        if rerun.gloo:
-            verdict = gloo_verdict(job.outcome, job.diagnosis, job_comm, rerun, outcome, diagnosis)
-        elif rerun.nproc == 1:
-            verdict = single_verdict(job.outcome, job.diagnosis, rerun, outcome, diagnosis)
-        else:
-            verdict = transport_verdict(rerun, outcome, diagnosis)
-        console.say(render_verdict(verdict))
-        report = report_record(outcome, diagnosis, session.identity.run_id, 0)
-        write_report(outcome.attempt_dir / "report.json", report)
-    finally:
-        console.close_log()
-    return verdict
-
-
-def _until(box: Timebox) -> str:
-    if box.past_step is not None:
-        point = f"it stops once every rank is past step {box.past_step}"
-    elif box.past_seq is not None:
-        point = f"it stops once every rank is past collective #{box.past_seq}"
-    else:
-        point = f"it stops after {box.after_s:g} s without failing"
-    return f"{point} (at most {box.cap_s:g} s)"

@@ -15,10 +15,8 @@ from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.diagnose.leaving import describe_leave, leave_record
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
 
-if TYPE_CHECKING:  # only for failures that were isolated, and for multi-node jobs
-    from safelaunch.diagnose.isolation import Verdict
+if TYPE_CHECKING:  # only for multi-node jobs
     from safelaunch.diagnose.nodes import JobVerdict
-    from safelaunch.diagnose.policy import Decision
     from safelaunch.rendezvous import Placement
 
 
@@ -320,7 +318,7 @@ def report_record(
             "collectives": {str(r): seq for r, seq in diagnosis.seqs.items()},
             "last_lines": list(diagnosis.last_lines),
         },
-        "isolation": None,  # filled in by isolation_record once the reruns are done
+        "isolation": None,  # filled in by isolation.record once the reruns are done
         # multi-node: another node stopped this one (or vanished)
         "stopped_by_node": outcome.peer_event.shown if outcome.peer_event else None,
         "job": None,  # multi-node: the verdict across nodes (launch fills it in)
@@ -352,45 +350,6 @@ def write_file(path: Path, text: str) -> bool:
             os.unlink(temporary)
         return False
     return True
-
-
-def render_verdict(verdict: Verdict) -> str:
-    """What one isolation rerun proves, and where its logs are."""
-    lines = [f"ISOLATION {verdict.ran.purpose} ({verdict.ran.duration:.1f} s): {verdict.kind}"]
-    lines.append(f"  {verdict.headline}")
-    lines.extend(f"  {detail}" for detail in verdict.details)
-    lines.extend(f"  next:  {step}" for step in verdict.next_steps[:5])
-    lines.append(f"  logs:  {shown_path(verdict.ran.attempt_dir)}")
-    return "\n".join(lines)
-
-
-def isolation_record(
-    decision: Decision, verdicts: list[Verdict], notes: list[str]
-) -> dict[str, Any]:
-    """report.json's `isolation`: whether the Gloo rerun ran and why, and every rerun's verdict."""
-    return {
-        "gloo_rerun": decision.run,
-        "reason": decision.reason,
-        "ending": decision.ending.name.lower() if decision.ending else None,
-        "backend": decision.backend.name.lower() if decision.backend else None,
-        "reruns": [
-            {
-                "name": v.ran.name,
-                "purpose": v.ran.purpose,
-                "verdict": v.kind,
-                "summary": v.headline,
-                "details": list(v.details),
-                "next_steps": list(v.next_steps),
-                "status": v.ran.status,
-                "duration_s": round(v.ran.duration, 3),
-                "dir": str(v.ran.attempt_dir),
-                "signature": v.signature,
-                "collective_mismatch": v.mismatch,
-            }
-            for v in verdicts
-        ],
-        "notes": notes,
-    }
 
 
 def job_record(place: Placement, job: JobVerdict) -> dict[str, Any]:

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from safelaunch.diagnose.isolation import (
+from safelaunch.isolation.evidence import (
     collective_lag,
     collective_mismatch,
     read_comm,
-    transport_reruns,
+    read_ledgers,
 )
+from safelaunch.isolation.reruns import transport_reruns
 from safelaunch.plan import Timebox
 from safelaunch.rank.swap import describe, gloo_backend
 from safelaunch.supervisor.hang import Beat, passed_point
@@ -77,7 +78,7 @@ def test_ledgers_name_the_first_differing_collective(tmp_path: Path) -> None:
     _ledger(tmp_path, 0, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[8]")
     _ledger(tmp_path, 1, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[9]")
     _ledger(tmp_path, 2, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[8]")
-    assert collective_mismatch(tmp_path) == (
+    assert collective_mismatch(read_ledgers(tmp_path)) == (
         "collective #2 differs: ranks 0,2 called all_reduce(float32[8]); "
         "rank 1 called all_reduce(float32[9])"
     )
@@ -86,8 +87,8 @@ def test_ledgers_name_the_first_differing_collective(tmp_path: Path) -> None:
 def test_ledgers_count_the_collectives_of_each_rank(tmp_path: Path) -> None:
     _ledger(tmp_path, 0, "all_reduce\tfloat32[4]", "all_reduce\tfloat32[4]")
     _ledger(tmp_path, 1, "all_reduce\tfloat32[4]")
-    assert collective_mismatch(tmp_path) is None  # fewer is not different
-    assert collective_lag(tmp_path) == (
+    assert collective_mismatch(read_ledgers(tmp_path)) is None  # fewer is not different
+    assert collective_lag(read_ledgers(tmp_path)) == (
         "collectives called from Python: rank 1 called 1; rank 0 called 2"
     )
 
@@ -95,7 +96,7 @@ def test_ledgers_count_the_collectives_of_each_rank(tmp_path: Path) -> None:
 def test_all_to_all_sizes_may_differ(tmp_path: Path) -> None:
     _ledger(tmp_path, 0, "all_to_all_single\tfloat32[3]")
     _ledger(tmp_path, 1, "all_to_all_single\tfloat32[5]")
-    assert collective_mismatch(tmp_path) is None
+    assert collective_mismatch(read_ledgers(tmp_path)) is None
 
 
 def test_comm_records_tell_nccl_use(tmp_path: Path) -> None:

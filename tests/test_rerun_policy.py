@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from safelaunch.diagnose import Diagnosis, ErrorText
-from safelaunch.diagnose.policy import (
+from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.isolation.policy import (
     Backend,
     Ending,
+    Why,
     backend_of,
     decide,
     ending_of,
     should_isolate,
 )
-from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome, RankResult
 
 E, B = Ending, Backend
@@ -175,3 +176,65 @@ def test_only_failures_and_hangs_are_candidates(status: str) -> None:
     diagnosis = Diagnosis(root_cause=None, error=None)
     decision = should_isolate("always", _outcome(status), diagnosis, B.NCCL, True)
     assert decision.run is False and decision.reason == f"the job {status}"
+
+
+FORCE = "; to rerun anyway: --isolate always"
+
+
+@pytest.mark.parametrize(
+    ("mode", "ending", "backend", "detail", "why", "reason"),
+    [
+        ("never", E.HANG, B.NCCL, True, Why.NEVER, "--isolate never"),
+        ("always", E.PYTHON_ERROR, B.NONE, False, Why.ALWAYS, "--isolate always"),
+        (
+            "auto",
+            E.PYTHON_ERROR,
+            B.NCCL,
+            True,
+            Why.ANY_BACKEND,
+            "a Python exception in the program: it fails the same way on any backend" + FORCE,
+        ),
+        (
+            "auto",
+            E.NCCL_ERROR,
+            B.NCCL_NOT_UP,
+            False,
+            Why.NCCL_QUESTION,
+            "an NCCL error on NCCL: is it the communication layer or the program?",
+        ),
+        (
+            "auto",
+            E.HANG,
+            B.GLOO,
+            True,
+            Why.GLOO_HANG_DETAIL,
+            "a hang on Gloo: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to name a collective "
+            "the ranks call differently",
+        ),
+        (
+            "auto",
+            E.HANG,
+            B.GLOO,
+            False,
+            Why.SAME_BACKEND,
+            "a hang, but the job never used NCCL, a rerun on Gloo would repeat the same backend"
+            + FORCE,
+        ),
+        (
+            "auto",
+            E.SILENT_EXIT,
+            B.NONE,
+            False,
+            Why.NO_PROCESS_GROUP,
+            "an exit with no Python error, but the job failed before any process group existed"
+            + FORCE,
+        ),
+    ],
+    ids=lambda v: v.name if isinstance(v, Why) else "",
+)
+def test_every_reason_in_words(
+    mode: str, ending: Ending, backend: Backend, detail: bool, why: Why, reason: str
+) -> None:
+    """report.json's `reason` strings, word for word: the closed Why said as before."""
+    decision = decide(mode, ending, backend, detail)
+    assert (decision.why, decision.reason) == (why, reason)

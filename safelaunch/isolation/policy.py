@@ -5,7 +5,8 @@ allocation, so `--isolate auto` spends one only where the question "communicatio
 layer or program?" is open: the job used NCCL and the way it ended can come from the
 communication layer. The rule is a pure function of two closed vocabularies (how
 the job ended, which backend it used) and is tested as a table over both
-(tests/test_rerun_policy.py); docs/isolation.md states it for users.
+(tests/test_rerun_policy.py); docs/isolation.md states it for users. The decision's
+reason is one of a closed set (Why), said in words by Decision.reason.
 """
 
 from __future__ import annotations
@@ -69,14 +70,59 @@ STARTUP_ERRORS = (
 DIST_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
 
 
+class Why(enum.Enum):
+    """Why the Gloo rerun runs or not (Decision.reason says it in words)."""
+
+    NEVER = "never"  # --isolate never
+    ALWAYS = "always"  # --isolate always
+    NOT_A_FAILURE = "not a failure"  # the job succeeded or was interrupted: outside the table
+    ANY_BACKEND = "any backend"  # an ending the program repeats on any backend
+    NCCL_QUESTION = "nccl question"  # NCCL: the communication layer, or the program?
+    GLOO_HANG_DETAIL = "gloo hang detail"  # a Gloo hang: DETAIL's check can name a mismatch
+    SAME_BACKEND = "same backend"  # Gloo only: the rerun would repeat the job's backend
+    NO_PROCESS_GROUP = "no process group"  # failed before any process group existed
+
+
+RERUN = frozenset({Why.ALWAYS, Why.NCCL_QUESTION, Why.GLOO_HANG_DETAIL})  # the reasons to run
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """Whether the Gloo rerun runs, and why (the report says it either way)."""
 
     run: bool
-    reason: str
+    why: Why
     ending: Ending | None = None
     backend: Backend | None = None
+    status: str | None = None  # the job's status, for NOT_A_FAILURE
+
+    @property
+    def reason(self) -> str:
+        """The why in one line, with how to force a rerun where `auto` declined."""
+        what = self.ending.value if self.ending is not None else ""
+        match self.why:
+            case Why.NEVER:
+                return "--isolate never"
+            case Why.ALWAYS:
+                return "--isolate always"
+            case Why.NOT_A_FAILURE:
+                return f"the job {self.status}"
+            case Why.ANY_BACKEND:
+                return f"{what}: it fails the same way on any backend; {FORCE}"
+            case Why.NCCL_QUESTION:
+                return f"{what} on NCCL: is it the communication layer or the program?"
+            case Why.GLOO_HANG_DETAIL:
+                return (
+                    "a hang on Gloo: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to name a "
+                    "collective the ranks call differently"
+                )
+            case Why.SAME_BACKEND:
+                return (
+                    f"{what}, but the job never used NCCL, a rerun on Gloo would repeat the "
+                    f"same backend; {FORCE}"
+                )
+            case Why.NO_PROCESS_GROUP:
+                return f"{what}, but the job failed before any process group existed; {FORCE}"
 
 
 def decide(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> Decision:
@@ -85,47 +131,25 @@ def decide(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -
     detail_possible: the Gloo rerun would get TORCH_DISTRIBUTED_DEBUG=DETAIL (the job
     initialised a process group, built no DDP model, and the variable is not yours).
     """
+    why = _why(mode, ending, backend, detail_possible)
+    return Decision(run=why in RERUN, why=why, ending=ending, backend=backend)
+
+
+def _why(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> Why:
     if mode == "never":
-        return Decision(run=False, reason="--isolate never", ending=ending, backend=backend)
+        return Why.NEVER
     if mode == "always":
-        return Decision(run=True, reason="--isolate always", ending=ending, backend=backend)
-    what = ending.value
+        return Why.ALWAYS
     if ending not in COMM_POSSIBLE:
-        return Decision(
-            run=False,
-            reason=f"{what}: it fails the same way on any backend; {FORCE}",
-            ending=ending,
-            backend=backend,
-        )
+        return Why.ANY_BACKEND
     if backend in (Backend.NCCL, Backend.NCCL_NOT_UP):
-        return Decision(
-            run=True,
-            reason=f"{what} on NCCL: is it the communication layer or the program?",
-            ending=ending,
-            backend=backend,
-        )
+        return Why.NCCL_QUESTION
     if backend == Backend.GLOO and ending == Ending.HANG and detail_possible:
         # Same backend, so not the NCCL question; but a silent hang is often a rank that
         # skipped or reordered a collective, which torch's DETAIL check turns into a named
         # error, and the job ran without it.
-        return Decision(
-            run=True,
-            reason="a hang on Gloo: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to name a "
-            "collective the ranks call differently",
-            ending=ending,
-            backend=backend,
-        )
-    why = (
-        "the job never used NCCL, a rerun on Gloo would repeat the same backend"
-        if backend == Backend.GLOO
-        else "the job failed before any process group existed"
-    )
-    return Decision(run=False, reason=f"{what}, but {why}; {FORCE}", ending=ending, backend=backend)
-
-
-def skip(reason: str) -> Decision:
-    """No rerun, for a reason outside the table (success, interruption, multi-node)."""
-    return Decision(run=False, reason=reason)
+        return Why.GLOO_HANG_DETAIL
+    return Why.SAME_BACKEND if backend == Backend.GLOO else Why.NO_PROCESS_GROUP
 
 
 def ending_of(outcome: Outcome, diagnosis: Diagnosis) -> Ending:
@@ -189,5 +213,5 @@ def should_isolate(
 ) -> Decision:
     """The decision for a finished attempt: only failures and hangs are candidates."""
     if outcome.status not in (FAILED, HUNG):
-        return skip(f"the job {outcome.status}")
+        return Decision(run=False, why=Why.NOT_A_FAILURE, status=outcome.status)
     return decide(mode, ending_of(outcome, diagnosis), backend, detail_possible)
