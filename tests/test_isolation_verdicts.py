@@ -6,11 +6,10 @@ arguments (evidence.RankFiles), so each row states them outright.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import pytest
-from test_rerun_policy import _rank  # a failed rank 0, its log nowhere
+from test_rerun_policy import _outcome, _rank  # rank 0 failed, its log nowhere
 
 from safelaunch.diagnose import Diagnosis, ErrorText
 from safelaunch.diagnose.signatures import SIGNATURES
@@ -24,7 +23,6 @@ from safelaunch.outcome import (
     PASSED,
     SUCCEEDED,
     TIMEBOXED,
-    Outcome,
 )
 from safelaunch.plan import Rerun, Timebox
 
@@ -60,22 +58,8 @@ class Run:
     files: RankFiles = field(default_factory=RankFiles)
 
     def seen(self) -> Seen:
-        outcome = Outcome(
-            attempt=0,
-            status=self.status,
-            ranks=(_rank(),),
-            first_failure=_rank() if self.status == FAILED else None,
-            interrupt_signal=None,
-            exit_code=1,
-            duration=2.0,
-            strays_ended=0,
-            log_problems=(),
-            run_dir=Path("/nonexistent"),
-            attempt_dir=Path("/nonexistent/isolate"),
-            timebox_note="every rank is past step 3"
-            if self.status in (PASSED, TIMEBOXED)
-            else None,
-        )
+        note = "every rank is past step 3" if self.status in (PASSED, TIMEBOXED) else None
+        outcome = replace(_outcome(self.status, _rank()), timebox_note=note)
         failed = self.status == FAILED
         signature = next((s for s in SIGNATURES if s.id == self.signature), None)
         error = ErrorText(line=self.error, location=self.at, source="log") if self.error else None
