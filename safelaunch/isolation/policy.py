@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from safelaunch.diagnose import Diagnosis
 from safelaunch.diagnose.signatures import COMMUNICATION, RESOURCES, UNKNOWN
-from safelaunch.outcome import FAILED, HUNG, Outcome
+from safelaunch.outcome import FAILED, HUNG, AttemptStatus, Outcome
 
 FORCE = "to rerun anyway: --isolate always"
 
@@ -94,7 +94,7 @@ class Decision:
     why: Why
     ending: Ending | None = None
     backend: Backend | None = None
-    status: str | None = None  # the job's status, for NOT_A_FAILURE
+    status: AttemptStatus | None = None  # the job's status, for NOT_A_FAILURE
 
     @property
     def reason(self) -> str:

@@ -17,7 +17,16 @@ from safelaunch.diagnose.match import cause, matches
 from safelaunch.diagnose.signatures import ENVIRONMENT, Signature
 from safelaunch.isolation.evidence import RankFiles, collective_lag, collective_mismatch
 from safelaunch.isolation.reruns import NCCL_TRANSPORTS, Experiment, Planned
-from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, PASSED, SUCCEEDED, TIMEBOXED, Outcome
+from safelaunch.outcome import (
+    FAILED,
+    HUNG,
+    INTERRUPTED,
+    PASSED,
+    SUCCEEDED,
+    TIMEBOXED,
+    AttemptStatus,
+    Outcome,
+)
 from safelaunch.plan import Rerun
 
 NCCL_STEPS = (
@@ -58,7 +67,7 @@ class RerunEnd:
 
     name: str  # its directory
     purpose: str
-    status: str
+    status: AttemptStatus
     duration: float
     attempt_dir: Path
 
