@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import sys
 import threading
 import time
 from types import FrameType, ModuleType
 
+from safelaunch.rank.jsontext import dumps
 from safelaunch.rank.phases import Phases
 
 FRAMES_KEPT = 12  # innermost frames stored in the record
@@ -141,7 +141,7 @@ def write_atomically(path: str, record: dict[str, object]) -> None:
     """Replace `path` with the JSON record: a reader sees the old one or the new one, whole."""
     temporary = f"{path}.tmp"
     with open(temporary, "w") as out:
-        json.dump(record, out)
+        out.write(dumps(record))  # not json: it would cost every rank `re` at start
     os.replace(temporary, path)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import signal
 import sys
@@ -106,6 +105,8 @@ def _record(reason: str) -> tuple[int, bytes] | None:
     torch's JSON is written as it comes, with one key added at its end: parsing and
     re-serialising 2000 entries would cost the rank ~10x more (bench/stragglers.py).
     """
+    import json  # here: torch has loaded it; at the rank's start it would cost `re`
+
     dist = sys.modules.get("torch.distributed")
     torch = sys.modules.get("torch")
     if dist is None or torch is None or not dist.is_available() or not dist.is_initialized():

@@ -7,9 +7,12 @@ torch.utils.data or a function whose name says it loads, reads, fetches or colla
 
 from __future__ import annotations
 
-import re
+TYPE_CHECKING = False  # `re` and `typing` cost every rank at start; only a sample needs re
+if TYPE_CHECKING:
+    import re
 
-DATA_FUNCTION = re.compile(r"load|read|fetch|collate|__getitem__|__next__|__iter__", re.I)
+DATA_WORDS = r"load|read|fetch|collate|__getitem__|__next__|__iter__"
+_data_function: re.Pattern[str] | None = None  # compiled at the first sample
 OWN = ("safelaunch/rank/", "<string>", "/torch/", "/threading.py", "/runpy.py")
 LOCATIONS_KEPT = 32  # distinct places counted per phase (a bound on the record's size)
 
@@ -23,9 +26,19 @@ def phase(frames: list[Frame]) -> str:
     if "torch/distributed/" in frames[0][0]:
         return "collective"
     for path, _, function in frames:
-        if "torch/utils/data/" in path or DATA_FUNCTION.search(function):
+        if "torch/utils/data/" in path or _loads_data(function):
             return "data"
     return "compute"
+
+
+def _loads_data(function: str) -> bool:
+    """Does the function's name say it loads, reads, fetches or collates?"""
+    global _data_function
+    if _data_function is None:
+        import re
+
+        _data_function = re.compile(DATA_WORDS, re.I)
+    return _data_function.search(function) is not None
 
 
 def place(frames: list[Frame]) -> str | None:
