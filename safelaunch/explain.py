@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safelaunch.cause import CauseView, cause_lines, consequence_lines
 from safelaunch.diagnose import collectives
 from safelaunch.diagnose.errortext import last_lines
 from safelaunch.diagnose.layouts import LogSet, RankLog, load
@@ -18,6 +19,7 @@ from safelaunch.diagnose.leaving import describe_leave
 from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
+from safelaunch.outcome import signal_name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,39 +97,47 @@ def _where(rank: RankLog, hosts: dict[int, str]) -> str:
     return f" on node {rank.node}" + (f" ({host})" if host else "")
 
 
-def _root_lines(verdict: Verdict, hosts: dict[int, str]) -> list[str]:
+def _how(log: RankLog | None) -> str:
+    """How the rank ended, as far as its logs tell (the live summary knows it for sure)."""
+    if log is not None and log.signum:
+        return f"died of {signal_name(log.signum)}"
+    if log is not None and log.code is not None:
+        return f"exited with code {log.code}"
+    return "ended"
+
+
+def _seqs(report: dict[str, Any]) -> dict[int, int]:
+    """Each rank's collective count where the run recorded it (a rank that left early)."""
+    recorded = (report.get("diagnosis") or {}).get("collectives") or {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {
+        int(rank): seq
+        for rank, seq in recorded.items()
+        if str(rank).isdigit() and isinstance(seq, int) and not isinstance(seq, bool)
+    }
+
+
+def _root_lines(verdict: Verdict, hosts: dict[int, str], seqs: dict[int, int]) -> list[str]:
+    """The root cause, rendered by the same cause_lines as the live summary."""
     root, log = verdict.root, verdict.log
     if root is None:
         return ["no failure found in these logs"]
-    signature = root.signature
-    klass = (
-        f"{signature.klass} ({signature.id}): {signature.meaning}"
-        if signature
-        else "unknown: no known signature; the error below is the lead"
-    )
     where = _where(log, hosts) if log is not None else ""
-    lines = [f"root cause: rank {root.rank}{where}", f"  class: {klass}"]
-    if root.left_early and log is not None:
-        lines.extend(f"  {line}" for line in describe_leave(log.leave, {}, root.rank))
-    if root.error is not None:
-        lines.append(f"  error: {root.error.line}")
-        if root.error.location:
-            lines.append(f"  at:    {root.error.location}")
-    elif root.evidence:
-        lines.append(f"  error: {root.evidence}")
-    elif log is not None:
-        ending = last_lines(log.text)
-        lines.append(
-            "  error: none in its log; its last lines:" if ending else "  error: its log is empty"
-        )
-        lines.extend(f"  | {line}" for line in ending)
-    lines.extend(f"  next:  {step}" for step in (signature.next_steps if signature else ()))
-    if log is not None and log.path is not None:
-        lines.append(f"  log:   {log.path}")
-    lines.extend(
-        f"  rank {rank}: failed as a consequence ({sid}), not a cause"
-        for rank, sid in root.consequences
+    leave = log.leave if log is not None else None
+    view = CauseView(
+        klass=root.klass,
+        signature=root.signature,
+        error=root.error,
+        evidence=root.evidence,
+        last_lines=tuple(last_lines(log.text)) if root.error is None and log is not None else (),
+        how=_how(log),
+        leave_lines=tuple(describe_leave(leave, seqs, root.rank)) if root.left_early else (),
+        crashed_at_exit=root.crashed_at_exit,
+        log=str(log.path) if log is not None and log.path is not None else None,
     )
+    lines = [f"root cause: rank {root.rank}{where}", *cause_lines(view)]
+    lines.extend(consequence_lines(root.consequences))
     return lines
 
 
@@ -144,7 +154,7 @@ def render(where: str, logs: LogSet, verdict: Verdict) -> str:
     elif verdict.root is None and report.get("stopped_by_node"):
         lines.append(f"stopped: {report['stopped_by_node']}")
     else:
-        lines.extend(_root_lines(verdict, logs.hosts))
+        lines.extend(_root_lines(verdict, logs.hosts, _seqs(report)))
     if report.get("exit_code") is not None:
         lines.append(f"exit code {report['exit_code']} (as the launcher exited)")
     lines.extend(

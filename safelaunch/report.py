@@ -9,11 +9,13 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safelaunch.cause import CauseView, cause_lines, consequence_lines
 from safelaunch.diagnose import Diagnosis, collectives, stragglers
 from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.diagnose.leaving import describe_leave, leave_record
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
+from safelaunch.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # only for multi-node jobs
     from safelaunch.diagnose.nodes import JobVerdict
@@ -134,45 +136,25 @@ def _failure_lines(
         f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} after {cause.ended_after:.1f} s"
         + (" while the other ranks still communicated" if diagnosis.left_early else "")
     ]
-    signature = diagnosis.signature
-    if signature is not None:
-        lines.append(f"  class: {diagnosis.klass} ({signature.id}): {signature.meaning}")
-        if diagnosis.left_early:
-            leave = diagnosis.leaves.get(cause.rank)
-            lines.extend(f"  {line}" for line in describe_leave(leave, diagnosis.seqs, cause.rank))
-    elif diagnosis.error is not None:
-        lines.append(f"  class: {diagnosis.klass}: no known signature; the error below is the lead")
-    elif diagnosis.last_lines:
-        lines.append(
-            f"  class: {diagnosis.klass}: it {cause.how_it_ended()} without a traceback; "
-            "the last lines of its log are the lead:"
-        )
-    else:
-        lines.append(
-            f"  class: {diagnosis.klass}: it {cause.how_it_ended()} without an error message "
-            "(its log is empty)"
-        )
-    if diagnosis.error is None:
-        lines.extend(f"  | {line}" for line in diagnosis.last_lines)
-    if diagnosis.error is not None:
-        lines.append(f"  error: {diagnosis.error.line}")
-        if diagnosis.error.location:
-            lines.append(f"  at:    {diagnosis.error.location}")
-    elif diagnosis.evidence:
-        lines.append(f"  error: {diagnosis.evidence}")
-    if diagnosis.crashed_at_exit:
-        lines.append(
-            "  then:  it crashed at exit (torch/Gloo teardown abort): the error above is the cause"
-        )
-    lines.extend(f"  next:  {step}" for step in (signature.next_steps if signature else ())[:4])
-    lines.append(f"  log:   {shown_path(cause.log_path)}")
+    leave = diagnosis.leaves.get(cause.rank)
+    view = CauseView(
+        klass=diagnosis.klass or UNKNOWN,
+        signature=diagnosis.signature,
+        error=diagnosis.error,
+        evidence=diagnosis.evidence,
+        last_lines=diagnosis.last_lines,
+        how=cause.how_it_ended(),
+        leave_lines=tuple(describe_leave(leave, diagnosis.seqs, cause.rank))
+        if diagnosis.left_early
+        else (),
+        crashed_at_exit=diagnosis.crashed_at_exit,
+        log=shown_path(cause.log_path),
+    )
+    lines.extend(cause_lines(view))
     followed = dict(diagnosis.consequences)
     others = [r for r in outcome.ranks if r.rank != cause.rank and r.rank not in followed]
     lines.extend(_group_lines(others))
-    lines.extend(
-        f"  rank {rank}: failed as a consequence ({signature_id}), not a cause"
-        for rank, signature_id in diagnosis.consequences
-    )
+    lines.extend(consequence_lines(diagnosis.consequences))
     lines.extend(flight_lines(diagnosis.collectives))
     return lines
 

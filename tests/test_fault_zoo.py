@@ -24,6 +24,17 @@ from cases import CASES, Case  # noqa: E402
 from zoo import reported_location, reported_ranks, run_safelaunch, score, short  # noqa: E402
 
 CI_CASES = [case for case in CASES if case.ci]
+PREFIX = "safelaunch: "
+
+
+def _cause_block(text: str) -> list[str]:
+    """The root cause's class ... at lines (cause.py renders them for both), log path aside."""
+    lines = [line.removeprefix(PREFIX) for line in text.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("  class: ")), None)
+    if start is None:
+        return []
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  log:   "))
+    return lines[start:end]
 
 
 def _explained(run_dir: Path) -> tuple[tuple[int, ...], str | None, str | None, str]:
@@ -65,3 +76,5 @@ def test_zoo_case_is_diagnosed_and_explained_alike(case: Case, tmp_path: Path) -
     # the live verdict: the root cause (a hang: its culprits), its class and its file:line
     expected = (reported_ranks(live), live["diagnosis"]["class"], reported_location(live))
     assert (ranks, klass, where) == expected, text
+    if live["status"] == "failed":  # and in the same words, from the one rendering
+        assert _cause_block(text) == _cause_block(seen.output), (text, seen.output[-3000:])
