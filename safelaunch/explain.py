@@ -19,7 +19,15 @@ from safelaunch.diagnose.leaving import describe_leave
 from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
-from safelaunch.outcome import signal_name
+from safelaunch.outcome import (
+    ATTEMPT_STATUSES,
+    HUNG,
+    INTERRUPTED,
+    SUCCEEDED,
+    AttemptStatus,
+    signal_name,
+)
+from safelaunch.vocab import word_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,7 +37,7 @@ class Verdict:
     root: RootCause | None
     log: RankLog | None  # the root cause's log
     non_finite: tuple[tuple[int, str], ...]
-    status: str | None = None  # safelaunch's own: succeeded, hung, interrupted, failed
+    status: AttemptStatus | None = None  # safelaunch's own verdict, where report.json has one
 
 
 def _failed(rank: RankLog) -> bool:
@@ -59,8 +67,8 @@ def evidence(logs: LogSet, table: Sequence[Signature]) -> list[RankEvidence]:
 def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> Verdict:
     """The same rule as the live run: find_root_cause over every rank's evidence."""
     non_finite = tuple((r.rank, line) for r in logs.ranks if (line := non_finite_loss(r.text)))
-    status = logs.report.get("status")
-    if status in ("succeeded", "hung", "interrupted"):
+    status = word_of(str(logs.report.get("status")), ATTEMPT_STATUSES)
+    if status in (SUCCEEDED, HUNG, INTERRUPTED):
         return Verdict(root=None, log=None, non_finite=non_finite, status=status)
     root = find_root_cause(evidence(logs, table), table, logs.root_hint)
     log = next((r for r in logs.ranks if root is not None and r.rank == root.rank), None)
@@ -145,11 +153,11 @@ def render(where: str, logs: LogSet, verdict: Verdict) -> str:
     """The explanation for a person."""
     lines = [f"{where}: {logs.layout}, {len(logs.ranks)} rank log(s)"]
     report = logs.report
-    if verdict.status == "succeeded":
+    if verdict.status == SUCCEEDED:
         lines.append(f"succeeded: all {len(logs.ranks)} ranks exited 0")
-    elif verdict.status == "hung" and isinstance(report.get("hang"), dict):
+    elif verdict.status == HUNG and isinstance(report.get("hang"), dict):
         lines.extend(_hang_lines(report))
-    elif verdict.status == "interrupted":
+    elif verdict.status == INTERRUPTED:
         lines.append(f"interrupted (exit code {report.get('exit_code')}): no rank failed first")
     elif verdict.root is None and report.get("stopped_by_node"):
         lines.append(f"stopped: {report['stopped_by_node']}")

@@ -17,17 +17,19 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args
 
 from safelaunch.diagnose.hang import HangAnalysis
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.outcome import Outcome
 from safelaunch.supervisor.signals import stop_requested
+from safelaunch.vocab import word_of
 
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
 FLIGHT_DIR = "flight"  # in an attempt directory (plan.FLIGHT_DIR)
 
 Kind = Literal["missing", "mismatch", "unrecorded"]
+WaitKind = Literal["send/send", "recv/recv", "unanswered"]  # flightcheck.py writes these
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +53,7 @@ class P2PWait:
     """Point-to-point calls that cannot complete: both sides send (or receive), or no answer."""
 
     ranks: tuple[int, int]
-    kind: str  # send/send, recv/recv, unanswered
+    kind: WaitKind
     calls: tuple[tuple[int, str], ...]
 
 
@@ -91,8 +93,19 @@ def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
+Word = TypeVar("Word", bound=str)
+
+
+def _word(value: object, words: tuple[Word, ...]) -> Word:
+    """A closed vocabulary's word from flightcheck's JSON (our own subprocess's)."""
+    word = word_of(str(value), words)
+    if word is None:
+        raise KeyError(f"{value!r} is not one of {words}")
+    return word
+
+
 def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
-    """The subprocess's JSON as records."""
+    """The subprocess's JSON as records (a word it does not know: KeyError, as a missing key)."""
     divergences = tuple(
         Divergence(
             group=str(d["group"]),
@@ -100,7 +113,7 @@ def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
             ranks=tuple(d["ranks"]),
             seq=int(d["seq"]),
             call=str(d["call"]),
-            kind=d["kind"],
+            kind=_word(d["kind"], get_args(Kind)),
             missing=tuple(d["missing"]),
             no_record=tuple(d["no_record"]),
             differ=tuple((int(r), str(c)) for r, c in d["differ"].items()),
@@ -111,7 +124,7 @@ def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
     waits = tuple(
         P2PWait(
             ranks=(int(w["ranks"][0]), int(w["ranks"][1])),
-            kind=str(w["kind"]),
+            kind=_word(w["kind"], get_args(WaitKind)),
             calls=tuple((int(r), str(c)) for r, c in w["calls"].items()),
         )
         for w in result.get("p2p", [])
