@@ -16,6 +16,7 @@ from safelaunch.cli.commands import (
     doctor_command,
     explain_command,
     lint_command,
+    settled,
     status_command,
 )
 
@@ -51,6 +52,8 @@ def main() -> None:
 def _subcommands() -> None:
     # A subcommand word only where a script name would stand: ./explain still launches.
     # Each exits through commands.finish (or click's own usage error).
+    if sys.argv[1:2] in (["explain"], ["doctor"], ["status"], ["lint"]):
+        settled()  # no launch import follows: the collector runs again from here
     if sys.argv[1:2] == ["explain"]:
         explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
     if sys.argv[1:2] == ["doctor"]:
