@@ -50,3 +50,11 @@ def test_the_package_itself_stays_light() -> None:
     """`python -m safelaunch` imports the package before it can catch a Ctrl-C."""
     loaded = imported_by("import safelaunch")
     assert loaded <= {"safelaunch", "__future__"}
+
+
+def test_the_launch_path_leaves_statistics_to_jobs_with_collectives() -> None:
+    # statistics pulls fractions and decimal (~2.5 ms); diagnose/stragglers.py needs it only
+    # when ranks met in collectives, and imports it there.
+    loaded = imported_by("import safelaunch.cli, safelaunch.launch")
+    assert "safelaunch.diagnose.stragglers" in loaded
+    assert not {"statistics", "fractions", "decimal"} & loaded

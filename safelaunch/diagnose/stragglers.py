@@ -15,8 +15,7 @@ material share of a step: a balanced job's order is noise, its waits small.
 from __future__ import annotations
 
 import json
-import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +107,14 @@ def arrival_times(records: Mapping[int, Record]) -> list[dict[int, float]]:
     return found
 
 
+def _mean(values: Iterable[float]) -> float:
+    # statistics (with fractions and decimal) costs ~2.5 ms to import, and only a job whose
+    # ranks met in collectives gets here: a launch of any other job never loads it
+    import statistics
+
+    return statistics.mean(values)
+
+
 def _phases(record: Record) -> dict[str, float]:
     counts = ((record.get("safelaunch") or {}).get("phases") or {}).get("counts") or {}
     total = sum(counts.values())
@@ -127,7 +134,7 @@ def _cause(records: Mapping[int, Record], rank: int) -> str | None:
     if not own or not others:
         return None
     excess = {
-        phase: share - statistics.mean(o.get(phase, 0.0) for o in others)
+        phase: share - _mean(o.get(phase, 0.0) for o in others)
         for phase, share in own.items()
         if phase != "collective"  # waiting is the others' symptom, not the straggler's cause
     }
@@ -145,7 +152,7 @@ def analyse(records: Mapping[int, Record]) -> Arrivals | None:
         RankArrival(
             rank=rank,
             last=last.count(rank),
-            mean_lag_s=statistics.mean(t[rank] - min(t.values()) for t in times if rank in t),
+            mean_lag_s=_mean(t[rank] - min(t.values()) for t in times if rank in t),
             phases=tuple(sorted(_phases(records[rank]).items())),
         )
         for rank in sorted(records)
@@ -167,7 +174,7 @@ def _straggler(
         for t, who in zip(times, last, strict=True)
         if who == rank
     ]
-    wait = statistics.mean(waits)
+    wait = _mean(waits)
     span = max(max(t.values()) for t in times) - min(min(t.values()) for t in times)
     share = sum(waits) / span if span > 0 else 0.0
     if wait < MIN_WAIT_S or share < MATERIAL:
@@ -206,7 +213,7 @@ def summary(arrivals: Arrivals | None) -> str | None:
             f"{own.get(found.phase, 0.0):.0%} of its samples"
         )
         if others:
-            line += f" vs {statistics.mean(others):.0%} on the others"
+            line += f" vs {_mean(others):.0%} on the others"
         if found.place:
             line += f", mostly at {found.place}"
     return line
