@@ -57,10 +57,12 @@ def slope(points: dict[int, float]) -> float:
     return num / sum((n - mean_n) ** 2 for n in points)
 
 
-# Imports the launch path the way a launch does, timing the dataclasses it creates on the way
-# (dataclasses.wrap looks _process_class up at each call, so the wrapper sees every one).
+# Imports the launch path the way a launch does (safelaunch/entry.py pauses the collector
+# for it), timing the dataclasses it creates on the way (dataclasses.wrap looks
+# _process_class up at each call, so the wrapper sees every one).
 IMPORTS = """
-import dataclasses, time
+import dataclasses, gc, time
+gc.disable()
 spent, count, process = 0.0, 0, dataclasses._process_class
 def timed(*args, **kwargs):
     global spent, count
