@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from safelaunch.diagnose.signatures import CLASSES, SIGNATURES
+from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.lint import lint_source, related
 from safelaunch.lint.cache import lint_cached
 from safelaunch.lint.rules import RULES
+from safelaunch.vocab import CLASSES
 
 HEAD = """\
 import os

@@ -27,15 +27,10 @@ from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.reading import LOG_TAIL
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
-from safelaunch.diagnose.signatures import (
-    COMMUNICATION,
-    SIGNATURES,
-    UNKNOWN,
-    FailureClass,
-    Signature,
-)
+from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.diagnose.stragglers import Arrivals
 from safelaunch.outcome import FAILED, HUNG, SUCCEEDED, Outcome, RankResult
+from safelaunch.vocab import COMMUNICATION, UNKNOWN, FailureClass
 
 __all__ = [
     "LOG_TAIL",

@@ -8,7 +8,8 @@ reproduced here.
 
 from __future__ import annotations
 
-from safelaunch.diagnose.signatures import ENVIRONMENT, Signature
+from safelaunch.diagnose.signatures import Signature
+from safelaunch.vocab import ENVIRONMENT
 
 # What Gloo cannot do that NCCL can.
 GLOO_LIMITS: tuple[Signature, ...] = (

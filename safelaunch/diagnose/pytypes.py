@@ -7,7 +7,8 @@ line (a module name in an ImportError elsewhere in a log is not a failure).
 
 from __future__ import annotations
 
-from safelaunch.diagnose.signatures import DATA, ENVIRONMENT, MODEL, RESOURCES, Signature
+from safelaunch.diagnose.signatures import Signature
+from safelaunch.vocab import DATA, ENVIRONMENT, MODEL, RESOURCES
 
 _QUALIFIED = r"^(?:[\w.]+\.)?"  # `torch.OutOfMemoryError:`, `builtins.MemoryError:`
 

@@ -20,7 +20,8 @@ from safelaunch.diagnose.errortext import ErrorText, error_text
 from safelaunch.diagnose.leaving import Leave
 from safelaunch.diagnose.match import Match, cause, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
-from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, FailureClass, Signature
+from safelaunch.diagnose.signatures import SIGNATURES, Signature
+from safelaunch.vocab import UNKNOWN, FailureClass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

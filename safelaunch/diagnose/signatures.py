@@ -11,15 +11,15 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-# the classes (vocab.py: lint shares them), re-exported beside the signatures that carry them
-from safelaunch.vocab import CLASSES as CLASSES
-from safelaunch.vocab import COMMUNICATION as COMMUNICATION
-from safelaunch.vocab import DATA as DATA
-from safelaunch.vocab import ENVIRONMENT as ENVIRONMENT
-from safelaunch.vocab import MODEL as MODEL
-from safelaunch.vocab import RESOURCES as RESOURCES
-from safelaunch.vocab import UNKNOWN as UNKNOWN
-from safelaunch.vocab import FailureClass as FailureClass
+from safelaunch.vocab import (
+    COMMUNICATION,
+    DATA,
+    ENVIRONMENT,
+    MODEL,
+    RESOURCES,
+    UNKNOWN,
+    FailureClass,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

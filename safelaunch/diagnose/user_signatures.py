@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from safelaunch.diagnose.match import PATTERN_ERROR, compile_pattern
-from safelaunch.diagnose.signatures import SIGNATURES, UNKNOWN, Signature
+from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.errors import ConfigError
 from safelaunch.userfiles import BadFile, load_toml
-from safelaunch.vocab import failure_class
+from safelaunch.vocab import UNKNOWN, failure_class
 
 MAX_USER_PATTERN = 1000  # characters; a signature is a phrase, not a program
 _RECORD_KEYS = {

@@ -15,8 +15,8 @@ import enum
 from dataclasses import dataclass
 
 from safelaunch.diagnose import Diagnosis
-from safelaunch.diagnose.signatures import COMMUNICATION, RESOURCES, UNKNOWN
 from safelaunch.outcome import FAILED, HUNG, AttemptStatus, Outcome
+from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN
 
 FORCE = "to rerun anyway: --isolate always"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from safelaunch.diagnose import Diagnosis, describe_ending
 from safelaunch.diagnose.gloo_limits import GLOO_LIMITS
 from safelaunch.diagnose.match import cause, matches
-from safelaunch.diagnose.signatures import ENVIRONMENT, Signature
+from safelaunch.diagnose.signatures import Signature
 from safelaunch.isolation.evidence import RankFiles, collective_lag, collective_mismatch
 from safelaunch.isolation.reruns import NCCL_TRANSPORTS, Experiment, Planned
 from safelaunch.outcome import (
@@ -28,6 +28,7 @@ from safelaunch.outcome import (
     Outcome,
 )
 from safelaunch.plan import Rerun
+from safelaunch.vocab import ENVIRONMENT
 
 NCCL_STEPS = (
     "pin the network interface: NCCL_SOCKET_IFNAME=<interface> (ip -br addr lists them)",
