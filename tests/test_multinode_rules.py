@@ -214,7 +214,6 @@ def test_sbatch_examples_are_valid_bash_and_name_real_files() -> None:
 def test_a_hang_elsewhere_outranks_the_consequences_it_caused() -> None:
     hung = replace(
         _summary(1, "hung", code=124),
-        hang=True,
         culprits=(3,),
         hang_reason="it is behind: collective #7 vs #8",
     )
@@ -373,7 +372,7 @@ def test_a_stop_travels_as_a_record_and_reads_as_before(stop: stops.NodeStop, sh
 
 _CAUSE = _root(3)
 _FOLLOWED = _root(1, consequence=True)
-_HUNG = replace(_summary(1, "hung", code=124), hang=True, culprits=(3,), hang_reason="behind")
+_HUNG = replace(_summary(1, "hung", code=124), culprits=(3,), hang_reason="behind")
 
 
 @pytest.mark.parametrize(

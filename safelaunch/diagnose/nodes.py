@@ -100,7 +100,6 @@ class NodeSummary:
     ending: str | None  # that rank's end in one line
     consequence: bool  # that rank's log shows only a peer's death
     culprits: tuple[int, ...] = ()  # a hang's likely culprits
-    hang: bool = False
     hang_reason: str = ""
 
     @property
@@ -127,7 +126,6 @@ def read_summary(data: Mapping[str, Any] | None) -> NodeSummary | None:
             ending=data["ending"],
             consequence=bool(data["consequence"]),
             culprits=tuple(int(r) for r in hang["culprits"]) if hang else (),
-            hang=hang is not None,
             hang_reason=str(hang["reason"]) if hang else "",
         )
     except (KeyError, TypeError, ValueError):
