@@ -49,16 +49,18 @@ def main() -> None:
         sys.exit(exitcodes.INTERRUPTED)
 
 
+SUBCOMMANDS = {
+    "explain": explain_command,
+    "doctor": doctor_command,
+    "status": status_command,
+    "lint": lint_command,
+}
+
+
 def _subcommands() -> None:
     # A subcommand word only where a script name would stand: ./explain still launches.
     # Each exits through commands.finish (or click's own usage error).
-    if sys.argv[1:2] in (["explain"], ["doctor"], ["status"], ["lint"]):
+    subcommand = SUBCOMMANDS.get(sys.argv[1]) if len(sys.argv) > 1 else None
+    if subcommand is not None:
         settled()  # no launch import follows: the collector runs again from here
-    if sys.argv[1:2] == ["explain"]:
-        explain_command(args=sys.argv[2:], prog_name="safelaunch explain")
-    if sys.argv[1:2] == ["doctor"]:
-        doctor_command(args=sys.argv[2:], prog_name="safelaunch doctor")
-    if sys.argv[1:2] == ["status"]:
-        status_command(args=sys.argv[2:], prog_name="safelaunch status")
-    if sys.argv[1:2] == ["lint"]:
-        lint_command(args=sys.argv[2:], prog_name="safelaunch lint")
+        subcommand(args=sys.argv[2:], prog_name=f"safelaunch {sys.argv[1]}")
