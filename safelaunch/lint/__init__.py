@@ -12,10 +12,13 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from safelaunch.lint.rules import RULES, Rule, Severity
-from safelaunch.lint.scan import parse
 from safelaunch.vocab import FailureClass
+
+if TYPE_CHECKING:  # the rules and the parser are loaded only to lint (lint_source): a
+    # launch whose script was linted before reads the cache and needs neither (launch cost)
+    from safelaunch.lint.rules import Rule, Severity
 
 # Bumped whenever a rule changes what it finds: cached results of older rules are ignored.
 RULES_VERSION = "1"
@@ -82,6 +85,9 @@ def _no_collection() -> Iterator[None]:
 
 def lint_source(source: str | bytes, filename: str = "<script>") -> LintResult:
     """Every rule over one script's text."""
+    from safelaunch.lint.rules import RULES
+    from safelaunch.lint.scan import parse
+
     with _no_collection():
         try:
             script = parse(source, filename)

@@ -10,7 +10,6 @@ from pathlib import Path
 from safelaunch import exitcodes
 from safelaunch.errors import SafelaunchError
 from safelaunch.lint import Finding, LintResult, lint_source
-from safelaunch.lint.rules import RULES
 
 
 class UnreadableScript(SafelaunchError):
@@ -21,6 +20,8 @@ class UnreadableScript(SafelaunchError):
 
 def render(script: str, result: LintResult) -> str:
     """Each finding on its line, its why and fix under it; a count at the end."""
+    from safelaunch.lint.rules import RULES  # here: a launch renders only its banner
+
     if result.problem is not None:
         return f"{script}: {result.problem}; nothing checked"
     lines = []
