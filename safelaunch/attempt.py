@@ -7,6 +7,7 @@ it: its verdict is said instead of a summary, and its report stands alone (no re
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,26 +15,30 @@ from typing import TYPE_CHECKING, Any
 
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import Diagnosis, diagnose
-from safelaunch.diagnose.signatures import Signature
-from safelaunch.lint import related
-from safelaunch.lint.report import lint_match
-from safelaunch.outcome import Outcome, outcome_of
 from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.preflight import PreflightReport
-from safelaunch.report import (
-    exit_code,
-    render_summary,
-    report_record,
-    shown_path,
-    split_exit_line,
-    write_file,
-    write_report,
-)
-from safelaunch.supervisor import PeerWatch, SignalReceiver, supervise
+from safelaunch.runfiles import shown_path, write_file
+from safelaunch.supervisor import PeerWatch, SignalReceiver
+from safelaunch.supervisor.loop import supervise
 
-if TYPE_CHECKING:  # multi-node only
+if TYPE_CHECKING:  # loaded once the ranks run (JUDGING); multi-node only (Membership)
+    from safelaunch.diagnose import Diagnosis
+    from safelaunch.diagnose.signatures import Signature
+    from safelaunch.outcome import Outcome
     from safelaunch.rendezvous.membership import Membership
+
+# What judges and reports an attempt: outcome, diagnosis, report (~20 ms of imports,
+# most of it creating their dataclasses). Loaded while the first attempt's ranks start
+# rather than before they do: the import then overlaps their start instead of delaying
+# it (launch cost, bench/vs_torchrun.py). tests/test_import_cost.py keeps them off the
+# path to the first spawn.
+JUDGING = ("safelaunch.outcome", "safelaunch.diagnose", "safelaunch.report")
+
+
+def load_judging() -> None:
+    """Import JUDGING (a no-op once done): run_attempt's functions below come from there."""
+    for name in JUDGING:
+        importlib.import_module(name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +51,8 @@ class Session:
     receiver: SignalReceiver
     console: Console
     keeper_pid: int
-    table: Sequence[Signature]
+    table: Sequence[Signature] | None  # the user's --signatures and the built-in ones; None:
+    # the built-in ones alone (loaded with diagnosis, once the ranks run)
     membership: Membership | None = None  # multi-node only
 
 
@@ -82,9 +88,16 @@ def run_attempt(
         keeper_pid=session.keeper_pid,
         peers=peers,
         write_file=write_file,
+        while_ranks_start=load_judging,
     )
+    from safelaunch.diagnose import diagnose  # loaded by now: JUDGING
+    from safelaunch.diagnose.signatures import SIGNATURES
+    from safelaunch.outcome import outcome_of
+    from safelaunch.report import exit_code, report_record, write_report
+
     outcome = outcome_of(record)
-    diagnosis = diagnose(outcome, session.table, plan.heartbeat_dir)
+    table = SIGNATURES if session.table is None else session.table
+    diagnosis = diagnose(outcome, table, plan.heartbeat_dir)
     exit_line = None
     if plan.rerun is None:  # a rerun's verdict is said by the driver instead
         exit_line = _say_summary(session, outcome, diagnosis)
@@ -111,6 +124,10 @@ def run_attempt(
 
 def _say_summary(session: Session, outcome: Outcome, diagnosis: Diagnosis) -> str | None:
     """The summary, with what lint saw coming; its "exit code" line returned, not said."""
+    from safelaunch.lint import related
+    from safelaunch.lint.report import lint_match
+    from safelaunch.report import render_summary, split_exit_line
+
     summary, exit_line = split_exit_line(render_summary(outcome, diagnosis))
     lint, script = session.preflight.lint, session.config.training_script
     if exit_line is not None and lint:  # a failure or hang: did lint see it coming?

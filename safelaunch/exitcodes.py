@@ -23,4 +23,12 @@ def for_signal(signum: int) -> int:
     return SIGNAL_BASE + signum
 
 
+def signal_name(signum: int) -> str:
+    """SIGTERM, SIGSEGV, ... or `signal N` for numbers without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 INTERRUPTED = for_signal(signal.SIGINT)  # Ctrl-C: 130

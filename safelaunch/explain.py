@@ -19,13 +19,13 @@ from safelaunch.diagnose.leaving import describe_leave
 from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
+from safelaunch.exitcodes import signal_name
 from safelaunch.outcome import (
     ATTEMPT_STATUSES,
     HUNG,
     INTERRUPTED,
     SUCCEEDED,
     AttemptStatus,
-    signal_name,
 )
 from safelaunch.vocab import word_of
 

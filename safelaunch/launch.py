@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,16 +19,16 @@ from safelaunch import exitcodes, multinode
 from safelaunch.attempt import Session, run_attempt
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import user_signatures
+from safelaunch.exitcodes import signal_name
 from safelaunch.lint.report import lint_banner
-from safelaunch.outcome import signal_name
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
-from safelaunch.report import shown_path, write_file
+from safelaunch.runfiles import shown_path, write_file
 from safelaunch.slurm import in_step
 from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open_attempt_logs
 
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
+    from safelaunch.diagnose.signatures import Signature
     from safelaunch.rendezvous.membership import Membership
 
 
@@ -81,9 +82,7 @@ def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -
 
 def run(config: LaunchConfig, console: Console) -> int:
     """Launch the job; return the exit code (see exitcodes)."""
-    table = user_signatures.load(
-        config.signatures_file
-    )  # a bad file stops us before anything starts
+    table = user_table(config.signatures_file)  # a bad file stops us before anything starts
     preflight = run_preflight(config)
     identity = new_run(config)
     receiver = SignalReceiver(config.signals_to_handle, pass_on=not in_step(config.environ))
@@ -118,6 +117,19 @@ def run(config: LaunchConfig, console: Console) -> int:
             keeper.stop()
         preflight.master_port.release()
         shutil.rmtree(identity.private_dir, ignore_errors=True)
+
+
+def user_table(path: str | None) -> Sequence[Signature] | None:
+    """The signature table with the user's --signatures file first; None without one.
+
+    Without a file the built-in table is left to diagnosis, which loads it once the ranks
+    run (attempt.JUDGING): a plain launch does not wait for it to compile.
+    """
+    if not path:
+        return None
+    from safelaunch.diagnose.user_signatures import load
+
+    return load(path)
 
 
 def _views(run_dir: Path) -> None:

@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
-from safelaunch.diagnose import Diagnosis
-from safelaunch.outcome import INTERRUPTED, Outcome, signal_name
+from safelaunch.exitcodes import signal_name
 from safelaunch.preflight import PreflightReport
-from safelaunch.report import job_record, write_report
 from safelaunch.slurm import node_name
 from safelaunch.supervisor import SignalReceiver
 
-if TYPE_CHECKING:  # imported where used: a single-node launch needs none of them
+if TYPE_CHECKING:  # imported where used: a single-node launch needs none of them, and
+    # the launch loads diagnosis and the report only once its ranks run (attempt.JUDGING)
+    from safelaunch.diagnose import Diagnosis
     from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.outcome import Outcome
     from safelaunch.rendezvous.membership import Membership
 
 START_TIMEOUT = 120.0  # every node reaches an attempt's start within this
@@ -71,6 +72,7 @@ def conclude(
     it as `job` and the file rewritten.
     """
     from safelaunch.diagnose.nodes import conclude_job, node_summary, read_summary
+    from safelaunch.report import job_record, write_report
 
     place = membership.placement
     mine = node_summary(report, outcome, diagnosis, place.node, place.hosts[place.node])
@@ -121,6 +123,7 @@ def _stopped_waiting(
 ) -> JobVerdict:
     """A signal while this node waited for the others: its own stop, said as such."""
     from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.outcome import INTERRUPTED
 
     missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
     console.say(f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping")

@@ -6,12 +6,12 @@ stopped itself are never failures.
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
 
 from safelaunch import exitcodes
+from safelaunch.exitcodes import signal_name
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
@@ -99,14 +99,6 @@ class Outcome:
     def retryable(self) -> bool:
         """A failure or a hang counts against --max-restarts; success and interrupts end the run."""
         return self.status in (FAILED, HUNG)
-
-
-def signal_name(signum: int) -> str:
-    """SIGTERM, SIGSEGV, ... or `signal N` for numbers without a name."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def judge(exit_: RankExit, teardown_after: float | None) -> RankResult:

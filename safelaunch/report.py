@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,21 +12,14 @@ from safelaunch.diagnose import Diagnosis, collectives, stragglers
 from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.diagnose.leaving import describe_leave, leave_record
-from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult, signal_name
+from safelaunch.exitcodes import signal_name
+from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult
+from safelaunch.runfiles import shown_path, write_file
 from safelaunch.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # only for multi-node jobs
     from safelaunch.diagnose.nodes import JobVerdict
     from safelaunch.rendezvous import Placement
-
-
-def shown_path(path: Path) -> str:
-    """Relative to the working directory when that is shorter."""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return relative if len(relative) < len(str(path)) else str(path)
 
 
 def _rank_state(result: RankResult) -> str:
@@ -311,27 +302,6 @@ def report_record(
 def write_report(path: Path, record: dict[str, Any]) -> bool:
     """Write report.json atomically; False when the directory is not writable."""
     return write_file(path, json.dumps(record, indent=1))
-
-
-def write_file(path: Path, text: str) -> bool:
-    """Replace `path` atomically (report.json, report.html, the live state); False on error."""
-    # A fresh name, created exclusively and never through a link; removed when the write
-    # fails (a full disk), so no empty temporary is left behind.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    data = text.encode()
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        return False
-    return True
 
 
 def job_record(place: Placement, job: JobVerdict) -> dict[str, Any]:

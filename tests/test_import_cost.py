@@ -55,6 +55,34 @@ def test_the_package_itself_stays_light() -> None:
 def test_the_launch_path_leaves_statistics_to_jobs_with_collectives() -> None:
     # statistics pulls fractions and decimal (~2.5 ms); diagnose/stragglers.py needs it only
     # when ranks met in collectives, and imports it there.
-    loaded = imported_by("import safelaunch.cli, safelaunch.launch")
+    loaded = imported_by(
+        "import safelaunch.cli, safelaunch.launch, safelaunch.attempt; "
+        "safelaunch.attempt.load_judging()"
+    )
     assert "safelaunch.diagnose.stragglers" in loaded
     assert not {"statistics", "fractions", "decimal"} & loaded
+
+
+def test_the_ranks_start_before_the_launcher_loads_what_judges_them() -> None:
+    """What a launch imports before its first rank starts: no diagnosis, report or outcome
+    (attempt.JUDGING, loaded while the ranks start), no lint rules or parser (a launch
+    reads the lint cache), no view (written at the end)."""
+    loaded = imported_by("import safelaunch.cli, safelaunch.launch")
+    later = (
+        "safelaunch.diagnose",
+        "safelaunch.report",
+        "safelaunch.outcome",
+        "safelaunch.cause",
+        "safelaunch.view",
+        "safelaunch.isolation",
+        "safelaunch.rendezvous.membership",
+        "safelaunch.lint.rules",
+        "safelaunch.lint.scan",
+    )
+    assert not {m for m in loaded if m.startswith(later)}
+    assert "safelaunch.supervisor.loop" in loaded  # the import below is the real one
+    judged = imported_by(
+        "import safelaunch.cli, safelaunch.launch, safelaunch.attempt; "
+        "safelaunch.attempt.load_judging()"
+    )
+    assert {"safelaunch.diagnose", "safelaunch.report", "safelaunch.outcome"} <= judged

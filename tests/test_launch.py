@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import console_lines, launch, line_of, worker
+from conftest import _communicate, _popen, console_lines, launch, line_of, marked_env, worker
 
 
 def test_success_runs_every_rank_with_script_args_untouched(tmp_path: Path) -> None:
@@ -177,3 +177,36 @@ def test_colour_only_when_asked_or_on_a_terminal(tmp_path: Path) -> None:
     assert b"\x1b" not in run.rank_log(0)  # files never get colour
     run = launch(tmp_path, "--nproc-per-node=2", worker("bad_utf8.py"))  # a pipe: no colour
     assert "\x1b" not in run.stdout + run.stderr
+
+
+# The launcher with attempt.load_judging made to wait until both ranks have written their
+# files: it only returns if the ranks were started before it was called.
+JUDGING_AFTER_SPAWN = """
+import os, pathlib, sys, time
+import safelaunch.attempt as attempt
+from safelaunch.entry import main
+
+load = attempt.load_judging
+
+def load_once_the_ranks_ran():
+    files = [pathlib.Path(os.environ["PIDS_DIR"]) / f"env{rank}.json" for rank in (0, 1)]
+    deadline = time.monotonic() + 30
+    while not all(f.exists() for f in files) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(f"judging loaded with {sum(f.exists() for f in files)} rank(s) run", file=sys.stderr)
+    load()
+
+attempt.load_judging = load_once_the_ranks_ran
+main()
+"""
+
+
+def test_the_ranks_start_before_the_launcher_loads_diagnosis(tmp_path: Path) -> None:
+    """Launch cost: diagnosis and the report are imported while the ranks start."""
+    env, mark = marked_env(tmp_path)
+    argv = [sys.executable, "-c", JUDGING_AFTER_SPAWN, "--log-dir", str(tmp_path / "logs")]
+    proc = _popen([*argv, "--nproc_per_node=2", worker("dump_env.py")], tmp_path, env)
+    _, stderr = _communicate(proc, mark, 60)
+    assert proc.returncode == 0, stderr
+    assert b"judging loaded with 2 rank(s) run" in stderr
+    assert b"all 2 ranks succeeded" in stderr

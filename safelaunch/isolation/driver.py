@@ -9,14 +9,16 @@ which is the job's; a signal stops them.
 from __future__ import annotations
 
 from safelaunch.attempt import Concluded, Session, run_attempt
+from safelaunch.exitcodes import signal_name
 from safelaunch.isolation.evidence import read_beats, read_rank_files
 from safelaunch.isolation.policy import should_isolate
 from safelaunch.isolation.record import isolation_record, render_verdict
 from safelaunch.isolation.reruns import Planned, detail_safe, failure_point, plan_reruns, until
 from safelaunch.isolation.verdicts import Seen, Verdict, judge
-from safelaunch.outcome import INTERRUPTED, signal_name
+from safelaunch.outcome import INTERRUPTED
 from safelaunch.plan import LaunchPlan, build_plan
-from safelaunch.report import shown_path, write_report
+from safelaunch.report import write_report
+from safelaunch.runfiles import shown_path
 from safelaunch.supervisor import open_attempt_logs
 
 

@@ -2,7 +2,6 @@
 
 from safelaunch.supervisor.hang import Beat, HangEvidence, RankProgress
 from safelaunch.supervisor.keeper import Keeper
-from safelaunch.supervisor.loop import supervise
 from safelaunch.supervisor.procs import become_subreaper
 from safelaunch.supervisor.record import AttemptRecord, PeerWatch, RankExit, open_attempt_logs
 from safelaunch.supervisor.signals import SignalReceiver
@@ -18,5 +17,4 @@ __all__ = [
     "SignalReceiver",
     "become_subreaper",
     "open_attempt_logs",
-    "supervise",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan
@@ -58,15 +59,19 @@ def supervise(
     peers: PeerWatch | None = None,
     write_file: Writer | None = None,
     clock: Clock | None = None,
+    while_ranks_start: Callable[[], None] | None = None,
 ) -> AttemptRecord:
     """Run the attempt to its end; every process it started is gone on return.
 
     `write_file`: how files in the run directory are written (the report's helper); with
     it, the attempt's live state is kept for `safelaunch status` and the timeline.
+    `while_ranks_start`: called once the ranks are spawned and teed, before the watching
+    begins (the launcher imports what it needs afterwards there); what it raises ends the
+    ranks like any other error here.
     """
     live = LiveState(plan, write_file, peers) if write_file is not None and logs_ok else None
     attempt = _Attempt(plan, console, signals, logs_ok, keeper_pid, peers, live, clock)
-    return attempt.run()
+    return attempt.run(while_ranks_start)
 
 
 class _Attempt:
@@ -109,10 +114,12 @@ class _Attempt:
         # hang and time-box checks read files: at most twice per heartbeat interval
         self._throttle = Throttle(max(0.1, plan.heartbeat_interval / 2))
 
-    def run(self) -> AttemptRecord:
+    def run(self, while_ranks_start: Callable[[], None] | None = None) -> AttemptRecord:
         strays = 0
         try:
             self._workers.start()
+            if while_ranks_start is not None:
+                while_ranks_start()
             self._watch()
             self._count_signalled_as_stopped()
             strays = sweep_strays(

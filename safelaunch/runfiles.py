@@ -1,0 +1,42 @@
+"""The run directory's files as the launcher writes and names them.
+
+Kept apart from report.py, which imports diagnosis: the launch writes and names files
+before its ranks start, and that path loads only what starting them needs (launch cost,
+bench/vs_torchrun.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def shown_path(path: Path) -> str:
+    """Relative to the working directory when that is shorter."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return relative if len(relative) < len(str(path)) else str(path)
+
+
+def write_file(path: Path, text: str) -> bool:
+    """Replace `path` atomically (report.json, report.html, the live state); False on error."""
+    # A fresh name, created exclusively and never through a link; removed when the write
+    # fails (a full disk), so no empty temporary is left behind.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    data = text.encode()
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return False
+    return True
