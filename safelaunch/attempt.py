@@ -27,12 +27,13 @@ if TYPE_CHECKING:  # loaded once the ranks run (JUDGING); multi-node only (Membe
     from safelaunch.outcome import Outcome
     from safelaunch.rendezvous.membership import Membership
 
-# What judges and reports an attempt: outcome, diagnosis, report (~20 ms of imports,
-# most of it creating their dataclasses). Loaded while the first attempt's ranks start
-# rather than before they do: the import then overlaps their start instead of delaying
-# it (launch cost, bench/vs_torchrun.py). tests/test_import_cost.py keeps them off the
-# path to the first spawn.
-JUDGING = ("safelaunch.outcome", "safelaunch.diagnose", "safelaunch.report")
+# What judges and reports an attempt: outcome, diagnosis, report, and the run's pages
+# (view: report.html, written at the end) (~20 ms of imports, most of it creating their
+# dataclasses). Loaded while the first attempt's ranks start rather than before they do
+# or after they end: the import then overlaps their start instead of delaying the launch
+# (launch cost, bench/vs_torchrun.py). tests/test_import_cost.py keeps them off the path
+# to the first spawn.
+JUDGING = ("safelaunch.outcome", "safelaunch.diagnose", "safelaunch.report", "safelaunch.view")
 
 
 def load_judging() -> None:

@@ -65,8 +65,8 @@ def test_the_launch_path_leaves_statistics_to_jobs_with_collectives() -> None:
 
 def test_the_ranks_start_before_the_launcher_loads_what_judges_them() -> None:
     """What a launch imports before its first rank starts: no diagnosis, report or outcome
-    (attempt.JUDGING, loaded while the ranks start), no lint rules or parser (a launch
-    reads the lint cache), no view (written at the end)."""
+    (attempt.JUDGING, loaded while the ranks start, with the view written at the end), no
+    lint rules or parser (a launch reads the lint cache)."""
     loaded = imported_by("import safelaunch.cli, safelaunch.launch")
     later = (
         "safelaunch.diagnose",
@@ -85,4 +85,9 @@ def test_the_ranks_start_before_the_launcher_loads_what_judges_them() -> None:
         "import safelaunch.cli, safelaunch.launch, safelaunch.attempt; "
         "safelaunch.attempt.load_judging()"
     )
-    assert {"safelaunch.diagnose", "safelaunch.report", "safelaunch.outcome"} <= judged
+    assert {
+        "safelaunch.diagnose",
+        "safelaunch.report",
+        "safelaunch.outcome",
+        "safelaunch.view",
+    } <= judged
