@@ -24,7 +24,7 @@ def imported_by(imports: str) -> set[str]:
     return set(out.stdout.split())
 
 
-RANK_MODULES = ("beat", "bootstrap", "flight", "jsontext", "names", "phases", "swap")
+RANK_MODULES = ("beat", "bootstrap", "flight", "jsontext", "names", "pathentry", "phases", "swap")
 
 
 def test_the_rank_bootstrap_imports_nothing_of_the_launcher_nor_typing_json_re() -> None:

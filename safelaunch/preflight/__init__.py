@@ -20,6 +20,7 @@ from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_
 from safelaunch.preflight.probe import probe_torch, torch_findings
 from safelaunch.preflight.system import ERROR, WARNING, Finding, system_findings
 from safelaunch.preflight.visible import parse_visible
+from safelaunch.rank.pathentry import is_path_entry
 
 DEFAULT_MASTER_ADDR = defaults.MASTER_ADDR
 
@@ -88,7 +89,12 @@ def check_entry_point(config: LaunchConfig) -> None:
                 "check the path and that it is executable (chmod +x)",
             )
         return
-    if not Path(script).is_file():
+    if Path(script).is_dir() and not is_path_entry(script):
+        raise PreflightError(
+            f"training script {script!r} is a directory without a __main__.py",
+            "name the script inside it, or add a __main__.py (python runs a directory so)",
+        )
+    if not Path(script).exists():
         raise PreflightError(
             f"training script {script!r} not found (working directory: {os.getcwd()})",
             "check the path, or pass -m for a module",

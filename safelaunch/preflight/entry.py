@@ -14,6 +14,7 @@ from pathlib import Path
 from safelaunch import exitcodes
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
+from safelaunch.rank.pathentry import is_path_entry
 
 
 class EntrySyntaxError(PreflightError):
@@ -37,7 +38,12 @@ def entry_source(config: LaunchConfig) -> Path | None:
         return None
     if config.module and not config.run_path:
         return module_file(config.training_script, Path(os.getcwd()))
-    return Path(config.training_script)
+    script = config.training_script
+    if os.path.isdir(script):
+        return Path(script, "__main__.py")  # what python runs for a directory
+    if is_path_entry(script):
+        return None  # a zip file (zipapp): its __main__.py is compiled by zipimport
+    return Path(script)
 
 
 def compile_entry(config: LaunchConfig) -> None:

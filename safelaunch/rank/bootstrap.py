@@ -20,7 +20,7 @@ import time
 from importlib.machinery import SourceFileLoader
 from types import TracebackType
 
-from safelaunch.rank import beat, flight, names, swap
+from safelaunch.rank import beat, flight, names, pathentry, swap
 
 _stacks_file = None  # kept open for faulthandler, for the life of the process
 
@@ -73,12 +73,19 @@ def start_heartbeat() -> None:
 
 
 def run_script(script: str, args: list[str]) -> None:
-    """`python script.py args` in the real __main__ module."""
+    """`python script.py args` in the real __main__ module (a directory or zip file with a
+    `__main__.py` runs as python runs it: rank/pathentry.py)."""
     path = os.path.abspath(script)
     sys.argv[:] = [script, *args]
+    data = None if os.path.isdir(path) else _read(path)
+    if data is None or pathentry.is_path_entry(path, data):  # a directory: python's error too
+        import runpy
+
+        sys.path[0] = path  # as python sets it for `python appdir` / `python app.pyz`
+        runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
+        return
     sys.path[0] = os.path.dirname(os.path.realpath(script))
-    with open(path, "rb") as source:
-        code = compile(source.read(), path, "exec", dont_inherit=True)
+    code = compile(data, path, "exec", dont_inherit=True)
     main_globals = sys.modules["__main__"].__dict__
     main_globals.update(
         __file__=path,
@@ -89,6 +96,11 @@ def run_script(script: str, args: list[str]) -> None:
         __loader__=SourceFileLoader("__main__", path),
     )
     exec(code, main_globals)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as source:
+        return source.read()
 
 
 def run_module(module: str, args: list[str]) -> None:
