@@ -91,14 +91,11 @@ def run_attempt(
         write_file=write_file,
         while_ranks_start=load_judging,
     )
-    from safelaunch.diagnose import diagnose  # loaded by now: JUDGING
-    from safelaunch.diagnose.signatures import SIGNATURES
-    from safelaunch.outcome import outcome_of
+    from safelaunch.outcome import outcome_of  # loaded by now: JUDGING
     from safelaunch.report import exit_code, report_record, write_report
 
     outcome = outcome_of(record)
-    table = SIGNATURES if session.table is None else session.table
-    diagnosis = diagnose(outcome, table, plan.heartbeat_dir)
+    diagnosis = _diagnosed(session, outcome, plan)
     exit_line = None
     if plan.rerun is None:  # a rerun's verdict is said by the driver instead
         exit_line = _say_summary(session, outcome, diagnosis)
@@ -121,6 +118,31 @@ def run_attempt(
         code=exit_code(outcome, diagnosis),
         exit_line=exit_line,
     )
+
+
+def _diagnosed(session: Session, outcome: Outcome, plan: LaunchPlan) -> Diagnosis:
+    """The diagnosis; when diagnosing raises, the outcome undiagnosed, said as such.
+
+    Diagnosis reads files the ranks wrote, in shapes nobody can list in advance. A bug or
+    an unforeseen file there must not cost the job its exit code and report (a report on
+    every exit path): the first failed rank is then the root cause, with no class.
+    """
+    from safelaunch.diagnose import Diagnosis, diagnose
+    from safelaunch.diagnose.signatures import SIGNATURES
+    from safelaunch.vocab import UNKNOWN
+
+    table = SIGNATURES if session.table is None else session.table
+    try:
+        return diagnose(outcome, table, plan.heartbeat_dir)
+    except Exception as exc:  # the job's verdict outlives a bug of ours
+        session.console.say(
+            f"internal error while diagnosing: {type(exc).__name__}: {str(exc)[:200]}; "
+            "this is a bug in safelaunch, please report it. What follows is undiagnosed: "
+            "the first rank that failed stands as the root cause",
+            "warning",
+        )
+        first = outcome.first_failure
+        return Diagnosis(root_cause=first, error=None, klass=UNKNOWN if first else None)
 
 
 def _say_summary(session: Session, outcome: Outcome, diagnosis: Diagnosis) -> str | None:

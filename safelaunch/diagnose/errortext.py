@@ -7,13 +7,13 @@ faulthandler stack that follows it; faulthandler's own fatal error line.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.reading import read_tail
+from safelaunch.userfiles import load_json
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 # faulthandler's form: no comma before "in"
@@ -74,7 +74,9 @@ def from_error_file(path: Path | None) -> ErrorText | None:
     if path is None:
         return None
     try:
-        payload = json.loads(path.read_text(errors="replace"))
+        # A rank writes this file: read with the checks a user's file gets (size, nesting,
+        # a FIFO): json.loads would recurse through a file of a million "[" (RecursionError).
+        payload = load_json(str(path))
         message = payload["message"]
         if isinstance(message, str):
             return ErrorText(line=message.strip(), location=None, source="error file")
