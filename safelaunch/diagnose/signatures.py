@@ -313,10 +313,34 @@ SIGNATURES: tuple[Signature, ...] = (
             "check nothing else holds memory on that GPU (nvidia-smi)",
         ),
     ),
+    Signature(  # before host-out-of-memory: a thread without a stack is "Cannot allocate"
+        id="thread-limit",
+        klass=RESOURCES,
+        patterns=(  # Python (not its "can't create new thread at interpreter shutdown"), fork,
+            # OpenBLAS, OpenMP (GNU, Intel), Rust (tokenizers, rayon), a shell, std::thread
+            r"can't start new thread",
+            r"pthread_create\W{0,4}(?:failed|Resource temporarily unavailable)",
+            r"(?:BlockingIOError|OSError): \[Errno 11\] Resource temporarily unavailable",
+            r"Thread creation failed|unable to allocate necessary resources for OMP thread",
+            r"failed to spawn thread|code: 11, kind: WouldBlock",
+            r"fork: (?:retry: )?Resource temporarily unavailable",
+            r"'std::system_error'\n[^\n]{0,24}?what\(\):\s+Resource temporarily unavailable",
+        ),
+        meaning="the rank could not start a thread or process: a limit on processes and "
+        "threads (ulimit -u, a container's pids.max) or on address space (ulimit -v) is reached",
+        next_steps=(
+            "check the ranks' limits: ulimit -u, ulimit -v (RLIMIT_AS: each thread's stack "
+            "needs address space), a container's pids.max; raise them (ulimit -u 65536)",
+            "fewer threads per rank: OMP_NUM_THREADS / torch.set_num_threads (threads x ranks "
+            "x DataLoader workers add up)",
+            "fewer DataLoader workers (num_workers): each is a process with threads of its own",
+        ),
+    ),
     Signature(
         id="host-out-of-memory",
         klass=RESOURCES,
-        patterns=(r"DefaultCPUAllocator: can't allocate memory",),
+        # a fork or mmap refused: ENOMEM ("[Errno 12] Cannot allocate memory")
+        patterns=(r"DefaultCPUAllocator: can't allocate memory", r"Cannot allocate memory"),
         meaning="the host ran out of memory",
         next_steps=("lower batch size or DataLoader workers; check memory per rank x ranks",),
     ),
