@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
+from itertools import islice
 from typing import Any
 
 try:
@@ -25,7 +26,9 @@ except ImportError:  # pragma: no cover - exercised by a subprocess test
     re2 = None
 
 from safelaunch.diagnose.frames import RANK_MARKER
+from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, LOSS, non_finite
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
+from safelaunch.vocab import RESOURCES
 
 EVIDENCE_CHARS = 400  # the matched line as shown: a 1 MB progress-bar line is cut around the hit
 
@@ -59,8 +62,22 @@ def _bounded(text: str) -> str:
     return "\n".join(line[:FALLBACK_LINE_CHARS] for line in text.split("\n"))
 
 
-# A loss printed as nan/inf, even when nothing raised ("loss nan", "loss=inf", "'loss': nan").
-_NON_FINITE_LOSS = compile_pattern(r"(?i)loss\W{0,4}(-?nan|-?inf)\b")
+# A loss printed as nan/inf, even when nothing raised ("loss nan", "loss is NaN", "NaN loss").
+_NON_FINITE_LOSS = compile_pattern(non_finite(LOSS))
+# What stands before "loss" in "best_loss: inf", "best val loss inf": a best (lowest) loss
+# so far starts at inf, which is no training gone bad.
+_BEST_SO_FAR = re.compile(r"(?i)(?:best|min|lowest)(?:[_ ]\w+)?[_ /]$")
+# A traceback's frame line: the line after it is source code (`assert loss == loss, "loss
+# is nan"`), not a loss the run logged; the error line below says it, if anything does.
+_FRAME_LINE = re.compile(r'File "[^"]*", line \d+')
+_CANDIDATES = 100  # lines looked at, at most: 70,000 "best_loss: inf" lines took seconds
+# torch's message for an error a DataLoader worker raised, re-raised in the rank
+_WORKER_ERROR = "dataloader-worker-error"
+_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process")
+_IN_WORKER = (
+    "it happened in a DataLoader worker process: each worker has memory, open files and "
+    "threads of its own; fewer workers (num_workers) need less"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,5 +127,41 @@ def cause(found: Sequence[Match]) -> Match | None:
 def non_finite_loss(text: str) -> str | None:
     """The first line reporting a NaN/inf loss: training went bad even if nothing raised."""
     text = _bounded(text)
-    hit = _NON_FINITE_LOSS.search(text)
-    return _line_at(text, hit.start()) if hit else None
+    for hit in islice(_NON_FINITE_LOSS.finditer(text), _CANDIDATES):
+        subject = hit.start() + hit.group(0).lower().find("loss")
+        line_start = text.rfind("\n", 0, subject) + 1
+        if _BEST_SO_FAR.search(text, line_start, subject) or _source_line(text, line_start):
+            continue
+        return _line_at(text, hit.start())
+    return None
+
+
+def _source_line(text: str, line_start: int) -> bool:
+    """The line at `line_start` is the source line of a traceback frame."""
+    if line_start == 0:
+        return False
+    return _FRAME_LINE.search(text, text.rfind("\n", 0, line_start - 1) + 1, line_start) is not None
+
+
+def in_worker(match: Match | None, error_line: str | None) -> Match | None:
+    """A DataLoader worker's error, classed by what the worker raised when that is a resource.
+
+    Memory, disk, open files or threads that ran out (in the worker's own error line, or
+    the type torch names: "Caught MemoryError in DataLoader worker process 0") are no
+    sample's fault: resources, with the worker said in the next steps. Anything else the
+    worker raised stays the data error `match` is.
+    """
+    if match is None or match.signature.id != _WORKER_ERROR:
+        return match
+    caught = _CAUGHT.search(match.line or "")
+    for text in (error_line or "", caught.group(1) if caught else ""):
+        for found in matches(text, None, (*SIGNATURES, *EXCEPTION_TYPES)):
+            own = found.signature
+            if own.klass == RESOURCES and not own.consequence:
+                worker = replace(
+                    own,
+                    meaning=f"in a DataLoader worker: {own.meaning}",
+                    next_steps=(*own.next_steps[:3], _IN_WORKER),
+                )
+                return Match(signature=worker, line=match.line)
+    return match

@@ -2,7 +2,9 @@
 
 Used only when no signature matches the failing rank's log: the exception type of
 its error line still says which class the failure is in. Matched against that one
-line (a module name in an ImportError elsewhere in a log is not a failure).
+line (a module name in an ImportError elsewhere in a log is not a failure). Whatever
+its type, an error line that says a loss or a gradient is NaN/inf is model/gradient
+(`assert not math.isnan(loss)`, `raise ValueError(f"loss is {loss}")`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,25 @@ from safelaunch.diagnose.signatures import Signature
 from safelaunch.vocab import DATA, ENVIRONMENT, MODEL, RESOURCES
 
 _QUALIFIED = r"^(?:[\w.]+\.)?"  # `torch.OutOfMemoryError:`, `builtins.MemoryError:`
+
+# NaN/inf said of a loss (or a gradient), in either order: "loss is NaN", "Loss became
+# infinite", "loss = tensor(nan)", "{'loss': -inf}", "NaN loss", "nan values in the loss".
+# The value is a word of its own: not the "nan" of "nanny" or "financial", the "inf" of
+# "info" or "infinite_loop_guard", nor the "-inf" of "1e-inf". The words between hold no
+# number: in "loss 0.31 (best: inf)" the loss is finite. Before the subject a bare "inf"
+# does not count: "INF" is a log level ("INF loss=0.3").
+_GAP = r"[^\d\n]{0,48}?"
+_VALUE_AFTER = r"(?:^|[^\w.+\-\n])[-+]?(?:nans?|infs?|infinity|infinite|non-finite|not finite)\b"
+_VALUE_BEFORE = r"(?:^|[^\w.+\-\n])[-+]?(?:nans?|infinite|non-finite)\b"
+LOSS = r"loss(?:es)?"  # "val_loss", "train/loss", "losses" (not "loss_scale", "gloss")
+GRADIENT = r"grad(?:ient)?s?(?:[ _]?norms?)?"  # "grad_norm", "gradients" (not "grad_fn")
+
+
+def non_finite(subject: str) -> str:
+    """A pattern for a NaN/inf value said of `subject` (a regular expression), on one line."""
+    word = rf"(?:^|[^A-Za-z\n])(?:{subject})\b"
+    return rf"(?im)(?:{word}{_GAP}{_VALUE_AFTER}|{_VALUE_BEFORE}{_GAP}{word})"
+
 
 EXCEPTION_TYPES: tuple[Signature, ...] = (
     Signature(
@@ -82,6 +103,18 @@ EXCEPTION_TYPES: tuple[Signature, ...] = (
         patterns=(_QUALIFIED + r"(?:ZeroDivisionError|FloatingPointError|OverflowError)\b",),
         meaning="a numeric error in the computation (division by zero, overflow)",
         next_steps=("check the values at the line shown (an empty batch, a zero count)",),
+    ),
+    # last: an error's own type, where it has a class, says more than its words
+    Signature(
+        id="non-finite-loss",
+        klass=MODEL,
+        patterns=(non_finite(f"{LOSS}|{GRADIENT}"),),
+        meaning="the program stopped on a NaN/inf loss or gradient (its own check or a library's)",
+        next_steps=(
+            "lower the learning rate; check inputs for NaN; try gradient clipping",
+            "torch.autograd.set_detect_anomaly(True) names the operation that made the first NaN",
+            "look at BatchNorm with tiny batches, log/sqrt/div of zero, fp16 overflow",
+        ),
     ),
 )
 

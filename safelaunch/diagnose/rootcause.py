@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from safelaunch.diagnose.errortext import ErrorText, error_text
 from safelaunch.diagnose.leaving import Leave
-from safelaunch.diagnose.match import Match, cause, matches
+from safelaunch.diagnose.match import Match, cause, in_worker, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.vocab import UNKNOWN, FailureClass
@@ -150,6 +150,7 @@ def find_root_cause(
         match = None
     if match is None and error is not None and not left:
         match = next(iter(matches(error.line, None, EXCEPTION_TYPES)), None)
+    match = in_worker(match, error.line if error else None)
     signature = RANK_LEFT_EARLY if left else (match.signature if match else None)
     return RootCause(
         rank=root.rank,
