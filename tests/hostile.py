@@ -2,7 +2,7 @@
 
 Shared by test_hostile_input.py (CI) and bench/fuzz_inputs.py (a long exploratory run).
 A case is argv + environment + the files they name (--config, --signatures, the GPU
-inventory); it runs in-process through click's CliRunner, real up to the point where
+inventory); it runs in-process through `invoke` (below), real up to the point where
 the job would start: `run_preflight` is wrapped so that a launch that passed every
 check stops there (nothing is spawned), and the torch probe answers from a fixed record
 (it is a subprocess importing torch: seconds per case, and not input handling).
@@ -11,19 +11,80 @@ check stops there (nothing is spawned), and the torch probe answers from a fixed
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import signal
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
 from hypothesis import strategies as st
 
 CASE_TIMEOUT_S = 20  # a case that takes this long counts as a hang
+
+
+@dataclass
+class Result:
+    """What one in-process run of a command showed: its exit code and its two streams."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: Exception | None = None  # raised by the command and caught by `invoke`
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def invoke(
+    command: Callable[[Sequence[str]], object],
+    args: Sequence[str],
+    env: Mapping[str, str | None] | None = None,
+    catch_exceptions: bool = True,
+) -> Result:
+    """Run one of safelaunch.cli's commands in this process, as its console script would:
+    `env` over os.environ (None: unset), fresh stdin/stdout/stderr. os.environ, sys.argv
+    and the streams are restored afterwards. An exception that is not an Exception (a
+    test's own BaseException) passes through."""
+    saved_env = dict(os.environ)
+    saved = sys.argv, sys.stdin, sys.stdout, sys.stderr
+    out, err = io.BytesIO(), io.BytesIO()
+    # The encodings and error handlers of a real process's streams in a UTF-8 locale.
+    stdout = io.TextIOWrapper(out, encoding="utf-8", errors="strict")
+    stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace")
+    code, exception = 0, None
+    try:
+        for name, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        sys.argv = ["safelaunch", *args]
+        sys.stdin = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        sys.stdout, sys.stderr = stdout, stderr
+        try:
+            command(list(args))
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        except Exception as exc:
+            if not catch_exceptions:
+                raise
+            code, exception = 1, exc
+    finally:
+        sys.argv, sys.stdin, sys.stdout, sys.stderr = saved
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for stream in (stdout, stderr):
+            with contextlib.suppress(ValueError):
+                stream.flush()
+    shown = [stream.getvalue().decode("utf-8", "replace") for stream in (out, err)]
+    return Result(code, shown[0], shown[1], exception)
+
 
 # Values that broke something once, or are the classic traps.
 NASTY = [
@@ -481,7 +542,7 @@ def _alarm(signum: int, frame: Any) -> None:
 
 def run_case(case: Case, scratch: str | None = None) -> str | None:
     """None when safelaunch handled the case; else a one-line description of the defect."""
-    from safelaunch.cli import command, doctor_command, explain_command
+    from safelaunch.cli import doctor_command, explain_command, launch_command
 
     where = Path(tempfile.mkdtemp(dir=scratch))
     for name, data in case.files.items():
@@ -498,7 +559,10 @@ def run_case(case: Case, scratch: str | None = None) -> str | None:
     if case.command == "launch":
         # The script exists: a case that passes every check reaches the wrapped preflight's end.
         (where / "train.py").write_bytes(b"")
-        target, args = command, ["--log-dir", str(where / "logs"), *argv, str(where / "train.py")]
+        target, args = (
+            launch_command,
+            ["--log-dir", str(where / "logs"), *argv, str(where / "train.py")],
+        )
     elif case.command == "explain":
         target, args = explain_command, [*argv, str(where / "gpus.json")]
     else:
@@ -507,7 +571,7 @@ def run_case(case: Case, scratch: str | None = None) -> str | None:
     signal.alarm(CASE_TIMEOUT_S)
     try:
         with _stopped_before_start():
-            result = CliRunner().invoke(target, args, env=env, catch_exceptions=True)
+            result = invoke(target, args, env=env, catch_exceptions=True)
     except _Hang:
         return "hang"
     except WouldStart:
@@ -538,7 +602,9 @@ def _verdict(result: Any, where: Path) -> str | None:
             f"{type(exc).__name__} at {Path(frame.filename).name}:{frame.lineno} ({str(exc)[:80]})"
         )
     said = [line for line in output.splitlines() if line.startswith("safelaunch: error:")]
-    if said and len(said) != len([line for line in output.splitlines() if line.strip()]):
+    # A usage error's one `usage: safelaunch ...` line (argparse's) comes with its error line.
+    shown = [line for line in output.splitlines() if line.strip()]
+    if said and len(said) != len([line for line in shown if not line.startswith("usage: ")]):
         return f"more than one line: {output.strip()[:160]!r}"
     if result.exit_code not in (0, 2, 78):
         return f"exit {result.exit_code}: {output.strip()[-160:]}"

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from conftest import cli, safelaunch_cmd, worker
+from hostile import invoke
 
 from safelaunch import exitcodes
 from safelaunch.cli import doctor_command, explain_command, lint_command, status_command
@@ -26,7 +26,8 @@ def _nothing_started(tmp_path: Path) -> bool:
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [
-        (["--nproc_per_nod=2"], exitcodes.USAGE, "No such option '--nproc_per_nod'"),
+        # Not --nproc_per_nod: argparse takes that abbreviation of --nproc_per_node, as torchrun.
+        (["--nproc_per_nodes=2"], exitcodes.USAGE, "No such option '--nproc_per_nodes'"),
         (["--nproc-per-node=zero"], exitcodes.USAGE, "is not a number of ranks"),
         (["--nproc-per-node=0"], exitcodes.USAGE, "must be at least 1"),
         (["--max-restarts=x"], exitcodes.USAGE, "'x' is not a valid integer"),
@@ -56,7 +57,7 @@ def test_bad_flags(tmp_path: Path, args: list[str], code: int, needle: str) -> N
 
 
 def test_mistyped_flag_gets_a_hint(tmp_path: Path) -> None:
-    result = cli(tmp_path, "--nproc_per_nod=2", worker("dump_env.py"))
+    result = cli(tmp_path, "--nproc_per_nodes=2", worker("dump_env.py"))
     assert result.returncode == exitcodes.USAGE
     assert "Did you mean" in result.stderr and "'--nproc_per_node'" in result.stderr
 
@@ -233,7 +234,7 @@ def test_subcommand_errors_are_shown_once_with_their_code(
     tmp_path: Path, command: object, args: list[str], needle: str
 ) -> None:
     argv = [a.format(tmp=tmp_path) for a in args]
-    result = CliRunner().invoke(command, argv, catch_exceptions=False)  # type: ignore[arg-type]
+    result = invoke(command, argv, catch_exceptions=False)  # type: ignore[arg-type]
     assert result.exit_code == exitcodes.USAGE
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("safelaunch: error: "), result.stderr

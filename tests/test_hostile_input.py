@@ -3,7 +3,7 @@ a traceback or a hang, and nothing starts (issue 13).
 
 The generator (tests/hostile.py) covers the command line, PET_* / SAFELAUNCH_* / SLURM
 variables, CUDA_VISIBLE_DEVICES, --config and --signatures files and the GPU inventory
-file, in-process through click's CliRunner; a few cases go through the real process.
+file, in-process (hostile.invoke); a few cases go through the real process.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_bad_input_through_the_real_process(tmp_path: Path, args, env, needle: s
     assert proc.returncode in (exitcodes.USAGE, exitcodes.PREFLIGHT), err
     assert needle in err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert "Traceback" not in err and len(lines) <= 3  # click: usage, hint, error
+    assert "Traceback" not in err and len(lines) <= 3  # usage, error
     assert not (tmp_path / "logs").exists() and not list((tmp_path / "pids").iterdir())
 
 

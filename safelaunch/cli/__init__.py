@@ -1,7 +1,8 @@
 """The command line: torchrun 2.13's flags, safelaunch's own options, and the subcommands.
 
-options.py declares the launch's flags, commands.py the commands and `finish`, the one
-place where errors become exit codes; main() picks the command.
+options.py declares the launch's flags, parser.py sets argparse up (and says why
+argparse), commands.py holds the commands and `finish`, the one place where errors become
+exit codes; main() picks the command.
 """
 
 from __future__ import annotations
@@ -12,23 +13,30 @@ import sys
 
 from safelaunch import exitcodes
 from safelaunch.cli.commands import (
-    command,
     doctor_command,
     explain_command,
+    launch_command,
     lint_command,
     settled,
     status_command,
 )
 
-__all__ = ["command", "doctor_command", "explain_command", "lint_command", "main", "status_command"]
+__all__ = [
+    "doctor_command",
+    "explain_command",
+    "launch_command",
+    "lint_command",
+    "main",
+    "status_command",
+]
 
 
 class EarlyInterrupt(BaseException):
     """Ctrl-C before the launcher's own handlers are in place.
 
-    Not a KeyboardInterrupt: click turns that into "Aborted!" and exit 1 while it parses.
-    A BaseException passes every `except Exception` (and runs every `finally`) on its way
-    out to main(), which makes it exit 130 without a traceback.
+    Not a KeyboardInterrupt: code on the way (`finish`, the launch) handles that as a
+    Ctrl-C of its own. A BaseException passes every `except Exception` (and runs every
+    `finally`) on its way out to main(), which makes it exit 130 without a traceback.
     """
 
 
@@ -42,7 +50,7 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (&)
         signal.signal(signal.SIGINT, _early_interrupt)
     try:
-        command(prog_name="safelaunch")
+        launch_command(sys.argv[1:])
     except EarlyInterrupt:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write("safelaunch: interrupted before any rank started\n")
@@ -59,8 +67,8 @@ SUBCOMMANDS = {
 
 def _subcommands() -> None:
     # A subcommand word only where a script name would stand: ./explain still launches.
-    # Each exits through commands.finish (or click's own usage error).
+    # Each exits through commands.finish (or the parser's own usage error).
     subcommand = SUBCOMMANDS.get(sys.argv[1]) if len(sys.argv) > 1 else None
     if subcommand is not None:
         settled()  # no launch import follows: the collector runs again from here
-        subcommand(args=sys.argv[2:], prog_name=f"safelaunch {sys.argv[1]}")
+        subcommand(sys.argv[2:])

@@ -6,21 +6,20 @@ itself to `finish`, the one place where errors become exit codes.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-import click
-
-from safelaunch import __version__, defaults, exitcodes, values
-from safelaunch.cli.options import Number, SectionedCommand, with_launch_options
+from safelaunch import defaults, exitcodes, values
+from safelaunch.cli.options import Number, not_a_directory
+from safelaunch.cli.parser import Parser
+from safelaunch.cli.sources import parse_launch
 from safelaunch.config import build_config
 from safelaunch.console import Console, color_wanted
 from safelaunch.errors import SafelaunchError
-
-_HELP = {"help_option_names": ["-h", "--help"]}
 
 
 def settled() -> None:
@@ -44,8 +43,8 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
 
     A SafelaunchError is shown once, as one line on stderr, and exits with the code its
     type names; Ctrl-C exits 128 + SIGINT; any other exception is a bug in safelaunch
-    (70, with the traceback). Click's own usage errors never reach here: click exits 2
-    for them before a body runs.
+    (70, with the traceback). Usage errors never reach here: the parser exits 2 for
+    them before a body runs.
     """
     try:
         code = body()
@@ -64,34 +63,11 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
     sys.exit(code)
 
 
-@click.command(
-    cls=SectionedCommand,
-    context_settings={
-        **_HELP,
-        # Everything after the script is the script's, even `--standalone`.
-        "allow_interspersed_args": False,
-        "max_content_width": 100,
-    },
-    epilog="Check this machine: safelaunch doctor [--json]. "
-    "See what a running job's ranks are doing: safelaunch status [--watch]. "
-    "Explain an earlier run's logs: safelaunch explain PATH|-. Check a script for DDP "
-    "mistakes: safelaunch lint SCRIPT [--json]. Exit codes: "
-    "docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
-)
-@with_launch_options
-@click.version_option(__version__, "--version", prog_name="safelaunch")
-@click.argument("training_script")
-@click.argument("training_script_args", nargs=-1, type=click.UNPROCESSED)
-def command(**raw: Any) -> None:
-    """Launch TRAINING_SCRIPT on every rank, as torchrun does, and explain how it ended."""
+def launch_command(args: Sequence[str]) -> NoReturn:
+    """`safelaunch [OPTIONS] TRAINING_SCRIPT [TRAINING_SCRIPT_ARGS]...`: a launch."""
+    raw, explicit = parse_launch(args, os.environ)
     raw["color"] = color_wanted(raw["color"])
     console = Console(color=raw["color"])
-    ctx = click.get_current_context()
-    explicit = frozenset(
-        name
-        for name in raw
-        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
-    )
 
     def launch() -> int:
         # Imported here: `--help` and usage errors should not pay for it.
@@ -103,17 +79,65 @@ def command(**raw: Any) -> None:
     finish(launch, console, "interrupted before any rank started")
 
 
-@click.command(context_settings=_HELP)
-@click.option(
-    "--signatures",
-    default=None,
-    envvar="SAFELAUNCH_SIGNATURES",
-    help="TOML file of your own failure signatures.",
-)
-@click.argument("where", metavar="PATH|-")
-def explain_command(where: str, signatures: str | None) -> None:
-    """Explain a failed run from its logs: a safelaunch or torchrun log directory, or one
-    combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin."""
+# Each subcommand's arguments (for its usage line) and what it does (its --help).
+_SUBCOMMANDS = {
+    "explain": (
+        " PATH|-",
+        "Explain a failed run from its logs: a safelaunch or torchrun log directory, or one "
+        "combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin.",
+    ),
+    "doctor": (
+        "",
+        "Run every preflight check without launching: GPUs and their mapping, torch / CUDA / "
+        "NCCL, /dev/shm, limits, interfaces, addresses. Exit 78 when a check fails.",
+    ),
+    "status": (
+        " [RUN]",
+        "What every rank of a job is doing now: state, step, collectives, time since its last "
+        "progress, where it is in your code, CPU / memory / GPU memory. RUN: a run directory or "
+        "run id (default: the latest run under --log-dir). Read-only, except --stacks.",
+    ),
+    "lint": (
+        " SCRIPT",
+        "Check a training script for DDP mistakes without running it (Python's ast: nothing "
+        "is imported). Exit 1 when an error or warning is found, 0 for hints or nothing.",
+    ),
+}
+
+
+def _parser(name: str) -> Parser:
+    arguments, description = _SUBCOMMANDS[name]
+    return Parser(f"safelaunch {name}", f"safelaunch {name} [OPTIONS]{arguments}", description)
+
+
+def _torchrun_flag(parser: Parser, name: str, **kwargs: Any) -> None:
+    """One of the launch's torchrun flags, in both its spellings (--log-dir, --log_dir)."""
+    spelled = name.replace("-", "_")
+    kwargs.setdefault("dest", spelled)
+    parser.add_argument(
+        f"--{name}", f"--{spelled}", metavar=kwargs.pop("metavar", "TEXT"), **kwargs
+    )
+
+
+def _json_option(parser: Parser) -> None:
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="Machine-readable output."
+    )
+
+
+def explain_command(args: Sequence[str]) -> NoReturn:
+    """`safelaunch explain [OPTIONS] PATH|-`."""
+    parser = _parser("explain")
+    parser.add_argument(
+        "--signatures", metavar="TEXT", help="TOML file of your own failure signatures."
+    )
+    parser.add_help_option()
+    parser.add_argument("where", metavar="PATH|-", help=argparse.SUPPRESS)
+    given = parser.parse(args)
+    where: str = given.where
+    signatures = given.signatures
+    if signatures is None:  # SAFELAUNCH_SIGNATURES, as for a launch (an empty one is unset)
+        signatures = os.environ.get("SAFELAUNCH_SIGNATURES") or None
     console = Console(color=color_wanted("auto", sys.stderr.buffer))
 
     def explain_logs() -> int:
@@ -126,20 +150,24 @@ def explain_command(where: str, signatures: str | None) -> None:
     finish(explain_logs, console)
 
 
-@click.command(context_settings=_HELP)
-@click.option(
-    "--nproc-per-node",
-    "--nproc_per_node",
-    "nproc",
-    type=Number(integer=True, low=1, high=values.MAX_NPROC),
-    default=None,
-    help="Ranks to check the GPU mapping for [default: one per visible GPU].",
-)
-@click.option("--master-addr", "--master_addr", "master_addr", default=None)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def doctor_command(nproc: int | None, master_addr: str | None, as_json: bool) -> None:
-    """Run every preflight check without launching: GPUs and their mapping, torch / CUDA /
-    NCCL, /dev/shm, limits, interfaces, addresses. Exit 78 when a check fails."""
+def doctor_command(args: Sequence[str]) -> NoReturn:
+    """`safelaunch doctor [OPTIONS]`."""
+    parser = _parser("doctor")
+    _torchrun_flag(
+        parser,
+        "nproc-per-node",
+        dest="nproc",
+        type=Number(integer=True, low=1, high=values.MAX_NPROC),
+        metavar="INTEGER",
+        help="Ranks to check the GPU mapping for [default: one per visible GPU].",
+    )
+    _torchrun_flag(parser, "master-addr")
+    _json_option(parser)
+    parser.add_help_option()
+    given = parser.parse(args)
+    nproc: int | None = given.nproc
+    master_addr: str | None = given.master_addr
+    as_json: bool = given.as_json
     console = Console()
 
     def check() -> int:
@@ -154,37 +182,53 @@ def doctor_command(nproc: int | None, master_addr: str | None, as_json: bool) ->
     finish(check, console)
 
 
-@click.command(context_settings=_HELP)
-@click.option(
-    "--log-dir",
-    "--log_dir",
-    "log_dir",
-    envvar="PET_LOG_DIR",
-    default=defaults.LOG_DIR,
-    show_default=True,
-    help="Where the runs are (the launch's --log-dir).",
-)
-@click.option("--watch", is_flag=True, help="Refresh until the job ends (Ctrl-C to stop).")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.2),
-    default=defaults.STATUS_INTERVAL_S,
-    show_default=True,
-    help="Seconds between refreshes with --watch.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option(
-    "--stacks",
-    is_flag=True,
-    help="Also ask every rank on this host for a live dump of its threads (it runs on).",
-)
-@click.argument("run", required=False, metavar="[RUN]")
-def status_command(
-    run: str | None, log_dir: str, watch: bool, interval: float, as_json: bool, stacks: bool
-) -> None:
-    """What every rank of a job is doing now: state, step, collectives, time since its last
-    progress, where it is in your code, CPU / memory / GPU memory. RUN: a run directory or
-    run id (default: the latest run under --log-dir). Read-only, except --stacks."""
+def _interval(text: str) -> float:
+    """Seconds between `status --watch` refreshes: a float, at least 0.2."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid float") from None
+    if seconds < 0.2:
+        raise argparse.ArgumentTypeError(f"{seconds} is not in the range x>=0.2")
+    return seconds
+
+
+def status_command(args: Sequence[str]) -> NoReturn:
+    """`safelaunch status [OPTIONS] [RUN]`."""
+    parser = _parser("status")
+    _torchrun_flag(
+        parser,
+        "log-dir",
+        help=f"Where the runs are (the launch's --log-dir). [default: {defaults.LOG_DIR}]",
+    )
+    parser.add_argument(
+        "--watch", action="store_true", help="Refresh until the job ends (Ctrl-C to stop)."
+    )
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=defaults.STATUS_INTERVAL_S,
+        metavar="FLOAT RANGE",
+        help="Seconds between refreshes with --watch. "
+        f"[default: {defaults.STATUS_INTERVAL_S}; x>=0.2]",
+    )
+    _json_option(parser)
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="Also ask every rank on this host for a live dump of its threads (it runs on).",
+    )
+    parser.add_help_option()
+    parser.add_argument("run", nargs="?", metavar="RUN", help=argparse.SUPPRESS)
+    given = parser.parse(args)
+    run: str | None = given.run
+    log_dir: str = given.log_dir
+    if log_dir is None:  # PET_LOG_DIR, as for a launch (an empty one is unset)
+        log_dir = os.environ.get("PET_LOG_DIR") or defaults.LOG_DIR
+    watch: bool = given.watch
+    interval: float = given.interval
+    as_json: bool = given.as_json
+    stacks: bool = given.stacks
     from pathlib import Path
 
     from safelaunch import status
@@ -215,12 +259,15 @@ def status_command(
     finish(look, Console(color=color_wanted("auto", sys.stderr.buffer)))
 
 
-@click.command(context_settings=_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.argument("script", type=click.Path(dir_okay=False))
-def lint_command(script: str, as_json: bool) -> None:
-    """Check a training script for DDP mistakes without running it (Python's ast: nothing
-    is imported). Exit 1 when an error or warning is found, 0 for hints or nothing."""
+def lint_command(args: Sequence[str]) -> NoReturn:
+    """`safelaunch lint [OPTIONS] SCRIPT`."""
+    parser = _parser("lint")
+    _json_option(parser)
+    parser.add_help_option()
+    parser.add_argument("script", type=not_a_directory, metavar="SCRIPT", help=argparse.SUPPRESS)
+    given = parser.parse(args)
+    script: str = given.script
+    as_json: bool = given.as_json
 
     def check() -> int:
         from safelaunch.lint.report import lint_report

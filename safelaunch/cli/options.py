@@ -1,17 +1,18 @@
 """The launch command's options: torchrun 2.13's flags, safelaunch's own, --config files.
 
-Defaults are safelaunch/defaults.py's; --help shows them in two sections.
+Defaults are safelaunch/defaults.py's; --help shows them in two sections. Where a value
+comes from when the command line does not give it: safelaunch/cli/sources.py.
 """
 
 from __future__ import annotations
 
-import math
+import argparse
+import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-import click
-
-from safelaunch import defaults, values
+from safelaunch import __version__, defaults, values
+from safelaunch.cli.parser import Parser
 from safelaunch.config import (
     EVENT_LOG_HANDLERS,
     NUMA_BINDINGS,
@@ -20,109 +21,93 @@ from safelaunch.config import (
     STD_NONE,
 )
 from safelaunch.errors import ConfigError
-from safelaunch.userfiles import BadFile, load_toml
 
 TORCHRUN_SECTION = "torchrun options (same names, defaults and PET_<NAME> variables)"
 OWN_SECTION = "safelaunch options"
+SCRIPT = "TRAINING_SCRIPT"
 
 
-class SectionedOption(click.Option):
-    """An option that knows which --help section it belongs to."""
-
-    def __init__(self, *args: Any, section: str = TORCHRUN_SECTION, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.section = section
-
-
-class SectionedCommand(click.Command):
-    """--help with the options in their sections."""
-
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        sections: dict[str, list[tuple[str, str]]] = {TORCHRUN_SECTION: [], OWN_SECTION: []}
-        for param in self.get_params(ctx):
-            if not isinstance(param, click.Option):
-                continue
-            record = param.get_help_record(ctx)
-            if record is not None:
-                sections[getattr(param, "section", OWN_SECTION)].append(record)
-        for title, rows in sections.items():
-            with formatter.section(title):
-                formatter.write_dl(rows)
-
-
-class Number(click.ParamType):  # type: ignore[type-arg]
+class Number:
     """An ASCII integer or finite number (safelaunch.values); bounds are LaunchConfig's."""
 
     def __init__(self, integer: bool, low: float | None = None, high: float | None = None) -> None:
         self.integer = integer
-        self.name = "integer" if integer else "number"
+        self.metavar = "INTEGER" if integer else "NUMBER"
         self.bounds = (low, high)
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value  # a default
+    def __call__(self, text: str) -> float:
         parse = values.integer if self.integer else values.number
         try:
-            number = parse("", str(value))
+            number = parse("", text)
             low, high = self.bounds
             if low is not None and high is not None:
                 values.bounded("", number, low, high, "")
         except ConfigError as exc:
-            self.fail(exc.message.removeprefix("="), param, ctx)
+            raise argparse.ArgumentTypeError(exc.message.removeprefix("=")) from None
         return number
 
 
 INT, FLOAT = Number(integer=True), Number(integer=False)
 
 
-def _torchrun(name: str, short: str | None = None, **kwargs: Any) -> Callable[..., Any]:
+def not_a_directory(path: str) -> str:
+    """A file name that does not name a directory (--config, lint's SCRIPT)."""
+    if os.path.isdir(path):
+        shown = path if path.isprintable() else repr(path)
+        raise argparse.ArgumentTypeError(f"File '{shown}' is a directory.")
+    return path
+
+
+class Spec(NamedTuple):
+    """One launch option: its names, where its value may come from, and --help's line."""
+
+    names: tuple[str, ...]
+    dest: str
+    section: str
+    default: Any
+    env: tuple[str, ...]
+    help: str
+    flag: bool = False
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str = "TEXT"
+    show_default: bool = True
+
+    @property
+    def shown_default(self) -> str | None:
+        """What --help shows as `[default: X]` (None: nothing)."""
+        if not self.show_default or self.default is None or self.flag:
+            return None
+        return '""' if self.default == "" else str(self.default)
+
+
+def _spec(names: tuple[str, ...], dest: str, section: str, kwargs: dict[str, Any]) -> Spec:
+    if kwargs.get("type") is not None and "metavar" not in kwargs:
+        kwargs["metavar"] = kwargs["type"].metavar
+    if kwargs.get("choices"):
+        kwargs["metavar"] = "[" + "|".join(kwargs["choices"]) + "]"
+        kwargs["choices"] = tuple(kwargs["choices"])
+    kwargs.setdefault("default", False if kwargs.get("flag") else None)
+    kwargs.setdefault("help", "")
+    return Spec(names, dest, section, **kwargs)
+
+
+def _torchrun(name: str, short: str | None = None, **kwargs: Any) -> Spec:
     """A torchrun flag: dash and underscore spellings, PET_<DEST> from the environment."""
     dest = name.replace("-", "_")
-    names = [f"--{name}"] + ([f"--{dest}"] if dest != name else []) + ([short] if short else [])
-    envvar = kwargs.pop("envvar", f"PET_{dest.upper()}")
-    return click.option(
-        *names, dest, cls=SectionedOption, envvar=envvar, show_default=True, **kwargs
-    )
+    names = ((short,) if short else ()) + (f"--{name}",) + ((f"--{dest}",) if dest != name else ())
+    kwargs.setdefault("env", (f"PET_{dest.upper()}",))
+    return _spec(names, dest, TORCHRUN_SECTION, kwargs)
 
 
-def load_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """--config FILE: TOML whose keys are launch options; the command line and env still win."""
-    if value is None:
-        return
-    shown = value if value.isprintable() else repr(value)  # one line, no terminal escapes
-    try:
-        data = load_toml(value)
-    except BadFile as exc:
-        raise click.BadParameter(f"{shown}: {exc}", ctx, param) from None
-    options = {p.name for p in ctx.command.params if isinstance(p, click.Option)}
-    defaults = {}
-    for key, setting in data.items():
-        name = key.replace("-", "_")
-        if name not in options or name in ("config", "help", "version"):
-            raise click.BadParameter(f"{shown}: {key!r} is not a launch option", ctx, param)
-        if isinstance(setting, float) and not math.isfinite(setting):
-            raise click.BadParameter(
-                f"{shown}: {key} = {setting} is not a finite number", ctx, param
-            )
-        if not isinstance(setting, (str, int, float, bool)):
-            raise click.BadParameter(
-                f"{shown}: {key} must be a string, number or true/false, not a TOML "
-                f"{type(setting).__name__}",
-                ctx,
-                param,
-            )
-        # Through the option's own type, exactly as the same text on the command line.
-        defaults[name] = str(setting).lower() if isinstance(setting, bool) else str(setting)
-    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+def _own(name: str, **kwargs: Any) -> Spec:
+    """One of safelaunch's options: one spelling, SAFELAUNCH_<DEST> from the environment."""
+    dest = name.replace("-", "_")
+    kwargs.setdefault("env", (f"SAFELAUNCH_{dest.upper()}",))
+    return _spec((f"--{name}",), dest, OWN_SECTION, kwargs)
 
 
-def _own(*names: str, **kwargs: Any) -> Callable[..., Any]:
-    return click.option(
-        *names, cls=SectionedOption, section=OWN_SECTION, show_default=True, **kwargs
-    )
-
-
-LAUNCH_OPTIONS = [
+LAUNCH_OPTIONS = (
     _torchrun(
         "nnodes",
         default="{}:{}".format(*defaults.NNODES),
@@ -133,11 +118,11 @@ LAUNCH_OPTIONS = [
         default=str(defaults.NPROC_PER_NODE),
         help="Ranks on this node: int, gpu, cpu or auto.",
     ),
-    _torchrun("rdzv-backend", default=defaults.RDZV_BACKEND, type=click.Choice(RDZV_BACKENDS)),
+    _torchrun("rdzv-backend", default=defaults.RDZV_BACKEND, choices=RDZV_BACKENDS),
     _torchrun("rdzv-endpoint", default="", help="host[:port] of the rendezvous."),
     _torchrun("rdzv-id", default=None, help="Run id (TORCHELASTIC_RUN_ID)."),
     _torchrun("rdzv-conf", default="", help="k=v,... rendezvous settings."),
-    _torchrun("standalone", is_flag=True, help="One node, a free port chosen for you."),
+    _torchrun("standalone", flag=True, help="One node, a free port chosen for you."),
     _torchrun(
         "max-restarts", default=defaults.MAX_RESTARTS, type=INT, help="Restarts of the whole job."
     ),
@@ -147,16 +132,16 @@ LAUNCH_OPTIONS = [
         type=FLOAT,
         help="Seconds between checks.",
     ),
-    _torchrun("start-method", default=defaults.START_METHOD, type=click.Choice(START_METHODS)),
+    _torchrun("start-method", default=defaults.START_METHOD, choices=START_METHODS),
     _torchrun(
         "event-log-handler",
         default=defaults.EVENT_LOG_HANDLER,
-        type=click.Choice(EVENT_LOG_HANDLERS),
+        choices=EVENT_LOG_HANDLERS,
     ),
     _torchrun("role", default=defaults.ROLE, help="ROLE_NAME of the ranks."),
-    _torchrun("module", "-m", is_flag=True, help="Run the script as `python -m`."),
-    _torchrun("no-python", is_flag=True, help="Execute the script directly."),
-    _torchrun("run-path", is_flag=True, help="Run the script with runpy.run_path."),
+    _torchrun("module", "-m", flag=True, help="Run the script as `python -m`."),
+    _torchrun("no-python", flag=True, help="Execute the script directly."),
+    _torchrun("run-path", flag=True, help="Run the script with runpy.run_path."),
     _torchrun("log-dir", default=None, help=f"Log directory [default: ./{defaults.LOG_DIR}]."),
     _torchrun(
         "redirects",
@@ -177,7 +162,7 @@ LAUNCH_OPTIONS = [
     _torchrun("master-port", default=None, type=INT, help="MASTER_PORT [default: a free port]."),
     _torchrun("local-addr", default=None, help="Address this node advertises."),
     _torchrun("logs-specs", default=None, help="torchrun.logs_specs plugin name."),
-    _torchrun("numa-binding", default=None, type=click.Choice(NUMA_BINDINGS)),
+    _torchrun("numa-binding", default=None, choices=NUMA_BINDINGS),
     _torchrun(
         "signals-to-handle",
         default=",".join(s.name for s in defaults.SIGNALS_TO_HANDLE),
@@ -188,99 +173,121 @@ LAUNCH_OPTIONS = [
         "shutdown-timeout",
         default=defaults.SHUTDOWN_TIMEOUT_S,
         type=FLOAT,
-        envvar=["PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"],
+        env=("PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"),
         help="Seconds from SIGTERM to SIGKILL, on every path.",
     ),
-    _torchrun("virtual-local-rank", is_flag=True, help="LOCAL_RANK=0, one GPU per rank."),
+    _torchrun("virtual-local-rank", flag=True, help="LOCAL_RANK=0, one GPU per rank."),
     _own(
-        "--config",
-        type=click.Path(dir_okay=False),
-        is_eager=True,
-        expose_value=False,
-        callback=load_config,
-        envvar="SAFELAUNCH_CONFIG",
+        "config",
+        type=not_a_directory,
+        metavar="FILE",
         help="TOML file of launch options (any flag, e.g. nproc_per_node = 4; see configs/).",
     ),
     _own(
-        "--hang-timeout",
+        "hang-timeout",
         type=FLOAT,
         default=defaults.HANG_TIMEOUT_S,
-        envvar="SAFELAUNCH_HANG_TIMEOUT",
         help="Seconds without progress on any rank before the job counts as hung; 0: off.",
     ),
     _own(
-        "--debug-profile",
-        type=click.Choice(["quiet", "default", "full"]),
+        "debug-profile",
+        choices=["quiet", "default", "full"],
         default=defaults.DEBUG_PROFILE,
-        envvar="SAFELAUNCH_DEBUG_PROFILE",
         help="Debug variables for the ranks (never over yours): NCCL log per rank, flight "
         "recorder; full adds C++ stacks, TORCH_DISTRIBUTED_DEBUG=INFO, CUDA_LAUNCH_BLOCKING.",
     ),
     _own(
-        "--strict",
-        is_flag=True,
-        envvar="SAFELAUNCH_STRICT",
+        "strict",
+        flag=True,
         help="Preflight warnings (busy GPU, small /dev/shm, ...) stop the launch too.",
     ),
     _own(
-        "--no-preflight",
-        is_flag=True,
-        envvar="SAFELAUNCH_NO_PREFLIGHT",
+        "no-preflight",
+        flag=True,
         help="Skip the environment checks (rank count and port are still resolved).",
     ),
     _own(
-        "--no-lint",
-        is_flag=True,
-        envvar="SAFELAUNCH_NO_LINT",
+        "no-lint",
+        flag=True,
         help="Skip the static check of the script for DDP mistakes (safelaunch lint SCRIPT).",
     ),
     _own(
-        "--signatures",
+        "signatures",
         default=None,
-        envvar="SAFELAUNCH_SIGNATURES",
         help="TOML file of your own failure signatures, matched before the built-in ones.",
     ),
     _own(
-        "--isolate",
-        type=click.Choice(["auto", "always", "never"]),
+        "isolate",
+        choices=["auto", "always", "never"],
         default=defaults.ISOLATE,
-        envvar="SAFELAUNCH_ISOLATE",
         help="After a failure or hang, rerun the job on Gloo to tell the communication layer "
         "from the program (auto: only when the job used NCCL and the failure can come from "
         "the communication layer; see docs/isolation.md).",
     ),
     _own(
-        "--isolate-timeout",
+        "isolate-timeout",
         type=FLOAT,
         default=defaults.ISOLATE_TIMEOUT_S,
-        envvar="SAFELAUNCH_ISOLATE_TIMEOUT",
         help="Cap, in seconds, on each isolation rerun (it stops sooner once past the "
         "point where the job failed).",
     ),
     _own(
-        "--isolate-single",
-        is_flag=True,
-        envvar="SAFELAUNCH_ISOLATE_SINGLE",
+        "isolate-single",
+        flag=True,
         help="Also rerun with one rank: a distributed fault or a single-process one?",
     ),
     _own(
-        "--isolate-nccl",
-        is_flag=True,
-        envvar="SAFELAUNCH_ISOLATE_NCCL",
+        "isolate-nccl",
+        flag=True,
         help="Also rerun with NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE=1 in turn: "
         "which transport makes the failure go away?",
     ),
     _own(
-        "--color",
-        type=click.Choice(["auto", "always", "never"]),
+        "color",
+        choices=["auto", "always", "never"],
         default=defaults.COLOR,
-        envvar="SAFELAUNCH_COLOR",
         help="Colour rank prefixes (auto: on a terminal, unless NO_COLOR is set).",
     ),
-]
+)
+OPTIONS = {spec.dest: spec for spec in LAUNCH_OPTIONS if spec.dest != "config"}
+CONFIG = next(spec for spec in LAUNCH_OPTIONS if spec.dest == "config")
 
 
-def with_launch_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(LAUNCH_OPTIONS):
-        function = option(function)
-    return function
+def launch_parser() -> Parser:
+    """The launch's parser; the options' values are only those the command line gives."""
+    parser = Parser(
+        "safelaunch",
+        f"safelaunch [OPTIONS] {SCRIPT} [TRAINING_SCRIPT_ARGS]...",
+        "Launch TRAINING_SCRIPT on every rank, as torchrun does, and explain how it ended.",
+        epilog="Check this machine: safelaunch doctor [--json]. "
+        "See what a running job's ranks are doing: safelaunch status [--watch]. "
+        "Explain an earlier run's logs: safelaunch explain PATH|-. Check a script for DDP "
+        "mistakes: safelaunch lint SCRIPT [--json]. Exit codes: "
+        "docs/exit-codes.md. Differences from torchrun: docs/compatibility.md.",
+    )
+    sections = {
+        title: parser.add_argument_group(title) for title in (TORCHRUN_SECTION, OWN_SECTION)
+    }
+    for spec in LAUNCH_OPTIONS:
+        shown = spec.shown_default
+        text = f"{spec.help} [default: {shown}]" if shown is not None else spec.help
+        kwargs: dict[str, Any] = {"dest": spec.dest, "help": text.replace("%", "%%")}
+        if spec.flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(type=spec.type, choices=spec.choices, metavar=spec.metavar)
+        # SUPPRESS: an option not on the command line is absent, not its default: its
+        # value may still come from the environment or --config (parse_launch).
+        sections[spec.section].add_argument(*spec.names, default=argparse.SUPPRESS, **kwargs)
+    own = sections[OWN_SECTION]
+    own.add_argument(
+        "--version",
+        action="version",
+        version=f"safelaunch, version {__version__}",
+        help="Show the version and exit.",
+    )
+    parser.add_help_option(own)
+    # The script and everything after it, even `--standalone`, as torchrun's
+    # training_script + nargs=REMAINDER (one positional: see parse_launch for `--`).
+    parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
