@@ -71,12 +71,11 @@ class Spec(NamedTuple):
     type: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
     metavar: str = "TEXT"
-    show_default: bool = True
 
     @property
     def shown_default(self) -> str | None:
         """What --help shows as `[default: X]` (None: nothing)."""
-        if not self.show_default or self.default is None or self.flag:
+        if self.default is None or self.flag:
             return None
         return '""' if self.default == "" else str(self.default)
 

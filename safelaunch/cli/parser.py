@@ -79,13 +79,17 @@ class Parser(argparse.ArgumentParser):
         return matches[:1] if len({id(match[0]) for match in matches}) == 1 else []
 
     def _unknown(self, extras: list[str]) -> str:
+        """What is wrong with the first unknown argument, on one line (no text of the
+        user's unescaped: a line break in it would make two)."""
         first = extras[0]
         if not first.startswith("-") or first == "-":
-            return f"unrecognized arguments: {' '.join(extras)}"
+            shown = " ".join(e if e.isprintable() else repr(e) for e in extras)
+            return f"unrecognized arguments: {shown}"
         name = first.split("=", 1)[0]
         candidates = [match[1] for match in super()._get_option_tuples(name)]
         if len(candidates) > 1:
-            return f"ambiguous option: {name} could match {', '.join(candidates)}"
+            shown = name if name.isprintable() else repr(name)
+            return f"ambiguous option: {shown} could match {', '.join(candidates)}"
         import difflib  # only on this path
 
         close = difflib.get_close_matches(name, list(self._option_string_actions))

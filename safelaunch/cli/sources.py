@@ -67,7 +67,7 @@ def _resolve(given: dict[str, Any], environ: Mapping[str, str]) -> tuple[dict[st
         if variable is not None:
             raw[name] = _convert(spec, environ[variable], variable)
         elif name in from_file:
-            raw[name] = _convert(spec, from_file[name], f"--config {config}")
+            raw[name] = _convert(spec, from_file[name], f"--config {_shown(config or '')}")
         else:
             raw[name] = spec.default
             continue
@@ -98,12 +98,17 @@ def _convert(spec: Spec, text: str, origin: str) -> Any:
     return value
 
 
+def _shown(path: str) -> str:
+    """A path as an error shows it: one line, no terminal escapes."""
+    return path if path.isprintable() else repr(path)
+
+
 def load_config(path: str) -> dict[str, str]:
     """--config FILE: TOML whose keys are launch options; the command line and env still win.
 
     Each value is returned as the text the command line would give: the option's own type
     reads it (_convert)."""
-    shown = path if path.isprintable() else repr(path)  # one line, no terminal escapes
+    shown = _shown(path)
     try:
         data = load_toml(path)
     except BadFile as exc:
