@@ -40,8 +40,9 @@ class LineAssembler:
             if lines and not lines[0]:
                 del lines[0]  # the terminator of a line the console already showed
         if len(self._pending) > MAX_LINE:
-            lines.append(self._pending)
-            self._pending = b""
+            cut = char_boundary(self._pending)
+            lines.append(self._pending[:cut])
+            self._pending = self._pending[cut:]
         return lines
 
     def _split_with_cr(self, buf: bytes) -> list[bytes]:
@@ -58,12 +59,32 @@ class LineAssembler:
         self._pending = buf[end:] + hold
         return lines
 
-    def flush(self) -> bytes | None:
-        """Give up on the held line (stream ended or went quiet); None if there is none."""
-        text = self._pending.rstrip(b"\r")
-        self._pending = b""
+    def flush(self, ended: bool = True) -> bytes | None:
+        """Give up on the held line (stream ended or went quiet); None if there is none.
+
+        Went quiet (`ended` False): a character the writer paused inside stays held,
+        to be shown whole with the rest of the line.
+        """
+        cut = len(self._pending) if ended else char_boundary(self._pending)
+        text = self._pending[:cut].rstrip(b"\r")
+        self._pending = self._pending[cut:]
         self._shown_early = bool(text)
         return text or None
+
+
+def char_boundary(data: bytes) -> int:
+    """Where an unfinished UTF-8 character at the end of `data` begins (len if none).
+
+    The console decodes each piece of a line on its own; cut inside a character, both
+    halves would show as U+FFFD. Bytes that cannot begin a character are not held:
+    invalid input shows replaced, as before.
+    """
+    for back in range(1, min(3, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: the character starts here
+            need = 2 if 0xC2 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else 4
+            return len(data) - back if 0xC2 <= byte <= 0xF4 and need > back else len(data)
+    return len(data)
 
 
 def rank_label(rank: int, width: int, node: int | None = None) -> str:

@@ -270,15 +270,15 @@ class RankTee(threading.Thread):
             if now - since >= PARTIAL_AFTER:
                 self._flush_partial(fd)
 
-    def _flush_partial(self, fd: int) -> None:
+    def _flush_partial(self, fd: int, ended: bool = False) -> None:
         self._quiet_since.pop(fd, None)
-        text = self._assemblers[fd].flush()
+        text = self._assemblers[fd].flush(ended)
         if text is not None:
             self._route(self._pipes[fd], [text])
 
     def _finish_stream(self, fd: int) -> None:
         if fd not in self._pipes:
             return
-        self._flush_partial(fd)
+        self._flush_partial(fd, ended=True)
         del self._pipes[fd]
         os.close(fd)
