@@ -98,7 +98,7 @@ def run_attempt(
     diagnosis = _diagnosed(session, outcome, plan)
     exit_line = None
     if plan.rerun is None:  # a rerun's verdict is said by the driver instead
-        exit_line = _say_summary(session, outcome, diagnosis)
+        exit_line = _say_summary(session, outcome, diagnosis, logs_ok)
     max_restarts = session.config.max_restarts if plan.rerun is None else 0
     report = report_record(outcome, diagnosis, plan.run.run_id, max_restarts, history)
     written = write_report(outcome.attempt_dir / "report.json", report)
@@ -145,13 +145,15 @@ def _diagnosed(session: Session, outcome: Outcome, plan: LaunchPlan) -> Diagnosi
         return Diagnosis(root_cause=first, error=None, klass=UNKNOWN if first else None)
 
 
-def _say_summary(session: Session, outcome: Outcome, diagnosis: Diagnosis) -> str | None:
+def _say_summary(
+    session: Session, outcome: Outcome, diagnosis: Diagnosis, logs_ok: bool
+) -> str | None:
     """The summary, with what lint saw coming; its "exit code" line returned, not said."""
     from safelaunch.lint import related
     from safelaunch.lint.report import lint_match
     from safelaunch.report import render_summary, split_exit_line
 
-    summary, exit_line = split_exit_line(render_summary(outcome, diagnosis))
+    summary, exit_line = split_exit_line(render_summary(outcome, diagnosis, logs_ok))
     lint, script = session.preflight.lint, session.config.training_script
     if exit_line is not None and lint:  # a failure or hang: did lint see it coming?
         signature = diagnosis.signature.id if diagnosis.signature else None

@@ -53,20 +53,29 @@ def point_latest(log_dir: Path, run_id: str) -> None:
         os.replace(temporary, log_dir / "latest")
 
 
-def banner(config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan) -> str:
-    """What is about to run, and every variable safelaunch chose for the ranks."""
+def banner(
+    config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan, logs_ok: bool = True
+) -> str:
+    """What is about to run, and every variable safelaunch chose for the ranks.
+
+    Without logs (`logs_ok` False, said in a warning just before) no log path is named.
+    """
     where = shown_path(plan.attempt_dir)
     if plan.attempt:
-        return f"restart {plan.attempt} of {config.max_restarts}: logs in {where}"
+        logs = f"logs in {where}" if logs_ok else "no logs"
+        return f"restart {plan.attempt} of {config.max_restarts}: {logs}"
     first, last = plan.workers[0].rank, plan.workers[-1].rank
     env = plan.workers[0].env
     lines = [
         f"{preflight.nproc} rank(s) ({preflight.nproc_reason}), "
-        f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}",
-        f"logs: {where}/rank{{{first}..{last}}}.log"
-        if last > first
-        else f"logs: {where}/rank{first}.log",
+        f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}"
     ]
+    if logs_ok:
+        lines.append(
+            f"logs: {where}/rank{{{first}..{last}}}.log"
+            if last > first
+            else f"logs: {where}/rank{first}.log"
+        )
     lines.extend(preflight.gpu_lines)
     if plan.env_choices:
         run_dir = str(plan.run.run_dir / "attempt_{n}")
@@ -162,7 +171,7 @@ def _attempts(session: Session) -> int:
         )
         plan = build_plan(config, preflight, session.identity, attempt, placement=placement)
         logs_ok = open_attempt_logs(plan, console)
-        console.say(banner(config, preflight, plan))
+        console.say(banner(config, preflight, plan, logs_ok))
         if attempt == 0 and preflight.warnings:
             console.say("\n".join(preflight.warnings), "warning")
         if attempt == 0 and any(f.severity != "hint" for f in preflight.lint):

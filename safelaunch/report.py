@@ -150,10 +150,13 @@ def _failure_lines(
     return lines
 
 
-def render_summary(outcome: Outcome, diagnosis: Diagnosis) -> str:
-    """A few lines on success; on failure the root cause, its error, where, and its log."""
+def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = True) -> str:
+    """A few lines on success; on failure the root cause, its error, where, and its log.
+
+    `logs_kept` False: the attempt's logs could not be written; no path is named.
+    """
     attempt = f" (attempt {outcome.attempt})" if outcome.attempt else ""
-    logs = shown_path(outcome.run_dir)
+    logs = shown_path(outcome.run_dir) if logs_kept else "none (they could not be written)"
     notes = [
         f"note: rank {rank} logged a non-finite loss: {line!r} (learning rate, inputs, BatchNorm)"
         for rank, line in diagnosis.non_finite
