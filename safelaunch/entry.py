@@ -20,19 +20,36 @@ import sys
 
 from safelaunch import exitcodes  # imports only `signal`: no window worth guarding
 
+MESSAGES_WAIT = 2.0  # seconds launcher messages may wait at exit for a blocked terminal
+
 
 def main() -> None:
     """Import the CLI, then run it (safelaunch.cli.main handles Ctrl-C from there on)."""
     gc.disable()  # until safelaunch.cli.commands.settled(): a launch or a subcommand calls it
+    _fill_closed_streams()
     try:
         from safelaunch.cli import main as cli_main
     except KeyboardInterrupt:
-        sys.stderr.write("safelaunch: interrupted before any rank started\n")
+        if sys.stderr is not None:  # None: started with stderr closed
+            sys.stderr.write("safelaunch: interrupted before any rank started\n")
         sys.exit(exitcodes.INTERRUPTED)
     try:
         cli_main()
     except SystemExit as done:
         _leave(done)
+
+
+def _fill_closed_streams() -> None:
+    """Started with fd 0, 1 or 2 closed: put /dev/null there.
+
+    Otherwise the first file the launcher opens (launcher.log) would take that number,
+    and whatever writes to "stdout" (a probe, the keeper) would write into it.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
 
 
 def _leave(done: SystemExit) -> None:
@@ -48,12 +65,16 @@ def _leave(done: SystemExit) -> None:
     """
     import threading  # loaded long before (click): not in the window before the guard
 
+    from safelaunch.console import drain_messages  # loaded by the CLI already
+
+    drain_messages(MESSAGES_WAIT)  # a slow terminal's queued messages, bounded
     code = 0 if done.code is None else done.code
     if not isinstance(code, int) or atexit._ncallbacks() or threading.active_count() > 1:
         raise done
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: started with it closed
+                stream.flush()
     except (OSError, ValueError):
         raise done from None
     os._exit(code & 0xFF)  # what the kernel keeps of sys.exit's code too

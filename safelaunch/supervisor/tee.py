@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from safelaunch.console import Console
+from safelaunch.console import Console, Sending
 from safelaunch.supervisor.lines import LineAssembler, format_lines
 
 CHUNK = 64 * 1024
@@ -51,6 +51,8 @@ class ConsoleWriter(threading.Thread):
         self._stuck = threading.Event()  # set: readers no longer wait for the console
         self._skipped = 0  # lines not shown since the console last caught up
         self._skipped_lock = threading.Lock()
+        self._sending: Sending | None = None  # the batch the console is taking (or was)
+        self._given_up = False  # close() stopped waiting: write nothing more
 
     def put(self, data: bytes) -> None:
         """Queue whole, prefixed lines; skip them when the console is stuck."""
@@ -73,7 +75,19 @@ class ConsoleWriter(threading.Thread):
                 except queue.Empty:
                     break
             done = batch[-1] is _STOP
-            self._console.emit(b"".join(batch))
+            sending = Sending(b"".join(batch))
+            with self._skipped_lock:
+                late = self._given_up  # taken just as close() gave up: not shown either
+                if late:
+                    self._skipped += sending.data.count(b"\n")
+                self._sending = None if late else sending
+            if not late:
+                self._console.send(sending)
+            with self._skipped_lock:
+                self._sending = None
+            if self._given_up:
+                self._say_skipped()  # nothing unless taken late (close() said the rest)
+                return
             if done or self._queue.empty():
                 self._say_skipped()
             if done:
@@ -103,9 +117,13 @@ class ConsoleWriter(threading.Thread):
                 continue
         self.join(max(0.0, until - time.monotonic()))
         if self.is_alive():  # it may never catch up: what it still holds is not shown
-            with contextlib.suppress(queue.Empty), self._skipped_lock:
-                while True:
-                    self._skipped += self._queue.get_nowait().count(b"\n")
+            with self._skipped_lock:
+                self._given_up = True
+                if self._sending is not None:  # the batch being written, from where it stands
+                    self._skipped += self._sending.stop()
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        self._skipped += self._queue.get_nowait().count(b"\n")
             self._say_skipped()
 
 
