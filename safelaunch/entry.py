@@ -59,7 +59,8 @@ def _leave(done: SystemExit) -> None:
     removed the private directory, and every file the launcher writes was written with
     os.write or closed by a `with`. What finalization would still do: run atexit handlers,
     join threads, flush sys.stdout/sys.stderr. So: only with no handler registered and
-    no thread but this one; after flushing both streams ourselves; and never for a code
+    no thread but this one (launcher messages a slow terminal still holds get
+    MESSAGES_WAIT first); after flushing both streams ourselves; and never for a code
     that is not a number (sys.exit("text") prints it) nor when a flush fails (then the
     interpreter's own exit reports it as before).
     """
