@@ -9,6 +9,10 @@ native code holding the GIL) stops updating its record, so its `since` stops too
 Job-wide on purpose: a rank waiting in a barrier while rank 0 writes a checkpoint
 is not hung, and no false alarm may kill a healthy job. A rank looping forever in
 Python while the others wait is therefore not caught (documented).
+
+Time the launcher did not see pass (it was stopped with the whole job, or the machine
+slept: `Unseen`) is no evidence that the ranks made no progress: it is left out of
+every age these rules compare.
 """
 
 from __future__ import annotations
@@ -54,6 +58,30 @@ class RankProgress:
     heartbeat: bool = True  # a Python rank with a heartbeat; else judged by its output
 
 
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """Stretches of wall time (start, end) the launcher did not see pass.
+
+    The launcher was stopped together with its ranks (SIGSTOP, SLURM's `scontrol
+    suspend`, a laptop's sleep): the ranks' records and output stand still for that time
+    without any hang, so an age measured across it would kill a healthy job on resume.
+    """
+
+    spans: tuple[tuple[float, float], ...] = ()
+
+    def age(self, since: float, now: float) -> float:
+        """now - since, less the unseen time in between."""
+        hidden = sum(max(0.0, min(end, now) - max(start, since)) for start, end in self.spans)
+        return now - since - hidden
+
+    def after(self, earliest: float) -> Unseen:
+        """Only the spans that end after `earliest`: the others shorten no age from then on."""
+        return Unseen(tuple(s for s in self.spans if s[1] > earliest))
+
+
+ALL_SEEN = Unseen()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HangEvidence:
     """What the launcher saw when it declared the hang."""
@@ -86,29 +114,44 @@ def last_progress(
     return max(signs)
 
 
-def is_stale(beat: Beat, now: float, interval: float) -> bool:
+def stale_after(interval: float) -> float:
+    """How late a record may be before the rank counts as no longer writing it."""
+    return 3 * interval + 0.5
+
+
+def is_stale(beat: Beat, now: float, interval: float, unseen: Unseen = ALL_SEEN) -> bool:
     """The rank stopped writing its record: frozen, stopped, or native code holding the GIL."""
-    return now - beat.time > 3 * interval + 0.5
+    return unseen.age(beat.time, now) > stale_after(interval)
 
 
-def patience(progress: RankProgress, now: float, timeout: float, interval: float) -> float:
+def patience(
+    progress: RankProgress, now: float, timeout: float, interval: float, unseen: Unseen = ALL_SEEN
+) -> float:
     """How long this rank may show no progress: longer while it reports from the rendezvous.
 
     Not for a rank whose record went stale there: it froze, and waiting helps nobody.
     """
     beat = progress.beat
-    if beat is None or is_stale(beat, now, interval):
+    if beat is None or is_stale(beat, now, interval, unseen):
         return timeout
     if any(function == "init_process_group" for _, _, function in beat.frames):
         return max(timeout, RENDEZVOUS_ALLOWANCE)
     return timeout
 
 
-def is_hung(progress: Iterable[RankProgress], now: float, timeout: float, interval: float) -> bool:
-    """True when every live rank has been without progress for longer than its patience."""
+def is_hung(
+    progress: Iterable[RankProgress],
+    now: float,
+    timeout: float,
+    interval: float,
+    unseen: Unseen = ALL_SEEN,
+) -> bool:
+    """True when every live rank has been without progress for longer than its patience
+    (time the launcher did not see pass left out)."""
     ranks = list(progress)
     return bool(ranks) and all(
-        now - r.last_progress > patience(r, now, timeout, interval) for r in ranks
+        unseen.age(r.last_progress, now) > patience(r, now, timeout, interval, unseen)
+        for r in ranks
     )
 
 

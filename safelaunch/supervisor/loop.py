@@ -110,9 +110,9 @@ class _Attempt:
         self._td = teardown.RUNNING
         self._interrupt: int | None = None
         self._timebox_note: str | None = None
-        self._every_tick, self._throttled = self._watchers()
         # hang and time-box checks read files: at most twice per heartbeat interval
         self._throttle = Throttle(max(0.1, plan.heartbeat_interval / 2))
+        self._every_tick, self._throttled = self._watchers()
 
     def run(self, while_ranks_start: Callable[[], None] | None = None) -> AttemptRecord:
         strays = 0
@@ -291,6 +291,7 @@ class _Attempt:
                 sample_every=max(ACTIVITY_EVERY, self._plan.heartbeat_interval),
                 timeout=self._plan.hang_timeout,
                 interval=self._plan.heartbeat_interval,
+                pace=self._plan.monitor_interval + self._throttle.every,
             )
             throttled.append(hang)
         if self._plan.rerun is not None:

@@ -7,6 +7,7 @@ drives them with a fake clock and scripted sources (tests/test_supervisor_replay
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,15 @@ from typing import Protocol
 
 from safelaunch.plan import Timebox
 from safelaunch.rendezvous.stops import NodeStop, StopKind
-from safelaunch.supervisor.hang import Beat, RankProgress, is_hung, passed_point
+from safelaunch.supervisor.hang import (
+    ALL_SEEN,
+    Beat,
+    RankProgress,
+    Unseen,
+    is_hung,
+    passed_point,
+    stale_after,
+)
 from safelaunch.supervisor.teardown import TeardownCause
 
 
@@ -84,11 +93,60 @@ def poll_all(
     return None
 
 
+def late_slack(timeout: float) -> float:
+    """How much later than its pace a look may come before the launcher counts as stopped.
+
+    A second at least: a loaded machine delays a tick that long at times (a look counted
+    late only postpones a hang, never declares one). A quarter of a longer timeout, 5 s at
+    most: an unseen stretch shorter than that adds too little to any age to matter.
+    """
+    return max(1.0, min(5.0, timeout / 4))
+
+
+class Lookout:
+    """Tells, from the gaps between the launcher's looks, when the launcher itself did not run.
+
+    The loop looks every `pace` seconds (its tick plus the throttle). A look more than
+    `slack` later than that means the launcher was stopped with the job (SIGSTOP, SLURM's
+    `scontrol suspend`) or the machine slept: the time past its pace is unseen
+    (hang.Unseen), and for `settle` seconds after such a resume no hang is declared, so
+    that the tee threads and the ranks' heartbeat threads first catch up with what the
+    ranks did (a check run at once read the output and records of before the stop).
+
+    Wall time, the clock of the ages it corrects: CLOCK_MONOTONIC (the loop's `now`)
+    stands still while the machine sleeps, so it would miss a sleep that grows every
+    wall-clock age; a wall-clock step forward (NTP) grows the ages too and is caught alike.
+    """
+
+    def __init__(self, *, pace: float, slack: float, settle: float) -> None:
+        self._pace = pace
+        self._late = pace + slack
+        self._settle = settle
+        self._last: float | None = None
+        self._settled_at = -math.inf
+        self.unseen: Unseen = ALL_SEEN
+
+    def look(self, wall: float) -> None:
+        last, self._last = self._last, wall
+        if last is not None and wall - last > self._late:
+            self.unseen = Unseen((*self.unseen.spans, (last + self._pace, wall)))
+            self._settled_at = wall + self._settle
+
+    def settling(self, wall: float) -> bool:
+        """Just resumed: the ranks still get time to show their progress."""
+        return wall < self._settled_at
+
+    def forget_before(self, earliest: float) -> None:
+        self.unseen = self.unseen.after(earliest)
+
+
 class HangWatch:
     """No live rank made progress for the hang timeout (rules in supervisor/hang.py).
 
     `progress`: every live rank's latest sign of progress; `sample`: a pass over /proc that
-    updates the ranks' activity (costly: at its own slower pace, `sample_every`).
+    updates the ranks' activity (costly: at its own slower pace, `sample_every`); `pace`:
+    how far apart the loop's polls are at most when it runs (its tick plus the throttle).
+    Time the launcher did not run is left out of the ages (Lookout).
     """
 
     def __init__(
@@ -100,6 +158,7 @@ class HangWatch:
         sample_every: float,
         timeout: float,
         interval: float,
+        pace: float = 0.0,
     ) -> None:
         self._clock = clock
         self._progress = progress
@@ -107,15 +166,29 @@ class HangWatch:
         self._sampling = Throttle(sample_every)
         self._timeout = timeout
         self._interval = interval
+        # at least one heartbeat interval after a resume: as long as a record may be late
+        settle = stale_after(interval)
+        self._lookout = Lookout(pace=pace, slack=late_slack(timeout), settle=settle)
 
     def poll(self, now: float) -> StopReason | None:
+        self._lookout.look(self._clock.wall())
         if self._sampling.due(now):
             self._sample()
+        if self._lookout.settling(self._clock.wall()):
+            return None
         progress = self._progress()
         wall = self._clock.wall()
-        if not is_hung(progress, wall, self._timeout, self._interval):
+        unseen = self._lookout.unseen
+        if not is_hung(progress, wall, self._timeout, self._interval, unseen):
+            self._lookout.forget_before(_earliest(progress, wall))
             return None
         return StopReason(cause=TeardownCause.HANG, progress=tuple(progress), detected_at=wall)
+
+
+def _earliest(progress: Sequence[RankProgress], wall: float) -> float:
+    """The oldest time any rule still measures an age from."""
+    times = [r.last_progress for r in progress] + [r.beat.time for r in progress if r.beat]
+    return min(times, default=wall)
 
 
 class PeerWatcher:
