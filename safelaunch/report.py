@@ -121,7 +121,7 @@ def exit_code(outcome: Outcome, diagnosis: Diagnosis) -> int:
 
 
 def _failure_lines(
-    outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str
+    outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str, logs_kept: bool
 ) -> list[str]:
     lines = [
         f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} after {cause.ended_after:.1f} s"
@@ -139,7 +139,7 @@ def _failure_lines(
         if diagnosis.left_early
         else (),
         crashed_at_exit=diagnosis.crashed_at_exit,
-        log=shown_path(cause.log_path),
+        log=shown_path(cause.log_path) if logs_kept else None,  # no log: no path named
     )
     lines.extend(cause_lines(view))
     followed = dict(diagnosis.consequences)
@@ -179,7 +179,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
         lines.append(f"logs: {logs}")
         return "\n".join(lines)
     if outcome.status == FAILED and diagnosis.root_cause is not None:
-        lines = _failure_lines(outcome, diagnosis, diagnosis.root_cause, attempt)
+        lines = _failure_lines(outcome, diagnosis, diagnosis.root_cause, attempt, logs_kept)
         lines.extend(notes)
         code = exit_code(outcome, diagnosis)
         lines.append(

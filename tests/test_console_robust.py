@@ -225,6 +225,8 @@ def test_no_log_path_named_where_no_logs_exist(tmp_path: Path, code: int) -> Non
     assert named, run.stderr
     assert all("/proc/safelaunch-no-such-dir" not in line for line in named), named
     assert all("logs: none (they could not be written)" in line for line in named), named
+    ours = [line for line in run.stderr.splitlines() if "cannot write" not in line]
+    assert not any("rank0.log" in line for line in ours), ours
 
 
 # --- the pure pieces -------------------------------------------------------------------
