@@ -89,8 +89,8 @@ class Console:
         self, out: BinaryIO | None = None, err: BinaryIO | None = None, color: bool = False
     ) -> None:
         # A standard stream closed before we started is None in sys: treated as /dev/null.
-        self._out: BinaryIO | None = out if out is not None else _buffer(sys.stdout)
-        self._err: BinaryIO | None = err if err is not None else _buffer(sys.stderr)
+        self._out: BinaryIO | None = out if out is not None else buffer_of(sys.stdout)
+        self._err: BinaryIO | None = err if err is not None else buffer_of(sys.stderr)
         self._missing = [n for n, s in (("stdout", self._out), ("stderr", self._err)) if s is None]
         self.color = color
         self._lock = threading.Lock()  # the terminal
@@ -247,7 +247,8 @@ def _unsaid_line(count: int) -> bytes:
     ).encode()
 
 
-def _buffer(stream: TextIO | None) -> BinaryIO | None:
+def buffer_of(stream: TextIO | None) -> BinaryIO | None:
+    """The binary stream under sys.stdout/sys.stderr; None when started with it closed."""
     return getattr(stream, "buffer", None)
 
 

@@ -1,10 +1,10 @@
 """The console-script entry: a Ctrl-C even while Python imports the CLI is exit 130.
 
-Importing click and the launcher takes a few hundred milliseconds; a KeyboardInterrupt
-in that window would otherwise print a traceback.
+Importing the CLI and the launcher takes tens of milliseconds; a KeyboardInterrupt in
+that window would otherwise print a traceback.
 
 Two launch costs are cut here, in the one process that `safelaunch` and `python -m
-safelaunch` run (tests that call the click commands in-process never come through):
+safelaunch` run (tests that call the commands in-process never come through):
 
 - No garbage collection while the launcher imports (safelaunch.cli.commands.settled
   turns it back on once a command's imports are done, and says what it saves).
@@ -64,7 +64,7 @@ def _leave(done: SystemExit) -> None:
     that is not a number (sys.exit("text") prints it) nor when a flush fails (then the
     interpreter's own exit reports it as before).
     """
-    import threading  # loaded long before (click): not in the window before the guard
+    import threading  # imported here: the Ctrl-C window before the CLI's guard stays short
 
     from safelaunch.console import drain_messages  # loaded by the CLI already
 

@@ -99,6 +99,29 @@ time.sleep(60)
 FORWARD_BOUND = 3.0
 
 
+@pytest.mark.parametrize("which", ["stdout", "stderr"])
+@pytest.mark.parametrize(
+    ("command", "code"), [(["lint", "train.py"], 0), (["status"], 2), (["explain", "logs"], 2)]
+)
+def test_subcommands_run_with_a_closed_standard_stream(
+    tmp_path: Path, which: str, command: list[str], code: int
+) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "logs").mkdir()
+    env, _ = marked_env(tmp_path)
+    redirect = ">&-" if which == "stdout" else "2>&-"
+    argv = [sys.executable, "-m", "safelaunch", *command]
+    proc = subprocess.run(
+        ["/bin/sh", "-c", f'exec "$@" {redirect}', "sh", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert b"Traceback" not in proc.stdout + proc.stderr
+    assert proc.returncode == code, proc.stderr  # 2: no run to show or explain
+
+
 def test_sigterm_reaches_ranks_while_nobody_reads_the_console(tmp_path: Path) -> None:
     """stdout and stderr on one pipe nobody reads (`2>&1 | (sleep 25; cat)`), then SIGTERM."""
     env, mark = marked_env(tmp_path)

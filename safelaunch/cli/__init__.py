@@ -52,7 +52,7 @@ def main() -> None:
     try:
         launch_command(sys.argv[1:])
     except EarlyInterrupt:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # None: stderr closed
             sys.stderr.write("safelaunch: interrupted before any rank started\n")
         sys.exit(exitcodes.INTERRUPTED)
 

@@ -18,7 +18,7 @@ from safelaunch.cli.options import Number, not_a_directory
 from safelaunch.cli.parser import Parser
 from safelaunch.cli.sources import parse_launch
 from safelaunch.config import build_config
-from safelaunch.console import Console, color_wanted
+from safelaunch.console import Console, buffer_of, color_wanted
 from safelaunch.errors import SafelaunchError
 
 
@@ -138,7 +138,7 @@ def explain_command(args: Sequence[str]) -> NoReturn:
     signatures = given.signatures
     if signatures is None:  # SAFELAUNCH_SIGNATURES, as for a launch (an empty one is unset)
         signatures = os.environ.get("SAFELAUNCH_SIGNATURES") or None
-    console = Console(color=color_wanted("auto", sys.stderr.buffer))
+    console = Console(color=color_wanted("auto", buffer_of(sys.stderr)))
 
     def explain_logs() -> int:
         from safelaunch.diagnose.user_signatures import load
@@ -233,7 +233,7 @@ def status_command(args: Sequence[str]) -> NoReturn:
 
     from safelaunch import status
 
-    out = Console(color=color_wanted("auto", sys.stdout.buffer))
+    out = Console(color=color_wanted("auto", buffer_of(sys.stdout)))
 
     def look() -> int:
         try:
@@ -242,7 +242,7 @@ def status_command(args: Sequence[str]) -> NoReturn:
                     run,
                     Path(log_dir),
                     interval=interval,
-                    in_place=sys.stdout.isatty() and not as_json,
+                    in_place=sys.stdout is not None and sys.stdout.isatty() and not as_json,
                     colour=out.color,
                     as_json_output=as_json,
                     emit=lambda text: out.emit(text.encode()),
@@ -256,7 +256,7 @@ def status_command(args: Sequence[str]) -> NoReturn:
             pass  # Ctrl-C is how a --watch ends
         return exitcodes.SUCCESS
 
-    finish(look, Console(color=color_wanted("auto", sys.stderr.buffer)))
+    finish(look, Console(color=color_wanted("auto", buffer_of(sys.stderr))))
 
 
 def lint_command(args: Sequence[str]) -> NoReturn:
@@ -276,4 +276,4 @@ def lint_command(args: Sequence[str]) -> NoReturn:
         Console().emit((text + "\n").encode())
         return code
 
-    finish(check, Console(color=color_wanted("auto", sys.stderr.buffer)))
+    finish(check, Console(color=color_wanted("auto", buffer_of(sys.stderr))))
