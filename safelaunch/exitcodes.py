@@ -10,7 +10,7 @@ import signal
 SUCCESS = 0
 SYNTAX = 1  # the entry script does not compile: nothing started; python itself exits 1
 LINT_FINDINGS = 1  # `safelaunch lint`: an error or warning found (hints alone: 0), as linters do
-USAGE = 2  # bad flag or value: nothing was started (click and argparse use 2 too)
+USAGE = 2  # bad flag or value: nothing was started (argparse, and torchrun with it, use 2)
 NODE_LOST = 69  # multi-node: a node never joined, or vanished during the job (EX_UNAVAILABLE)
 INTERNAL = 70  # a bug in safelaunch (sysexits EX_SOFTWARE); please report it
 PREFLIGHT = 78  # an environment check failed before any rank started (EX_CONFIG)
