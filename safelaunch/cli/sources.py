@@ -82,8 +82,9 @@ def _convert(spec: Spec, text: str, origin: str) -> Any:
         if spec.flag:
             boolean = BOOLEANS.get(text.strip().lower())
             if boolean is None:
+                words = ", ".join(sorted(word for word in BOOLEANS if word))
                 raise argparse.ArgumentTypeError(
-                    f"{text!r} is not a valid boolean; use 1/0, true/false, yes/no, on/off"
+                    f"{text!r} is not a valid boolean; recognized: {words} or empty"
                 )
             return boolean
         value = spec.type(text) if spec.type is not None else text
