@@ -126,6 +126,24 @@ def groups_of(records: dict[int, Record]) -> dict[str, Record]:
     return groups
 
 
+# Gloo under TORCH_DISTRIBUTED_DEBUG=DETAIL (an isolation rerun; torch 2.13, measured):
+# entries carry process_group ['', ''] for the wrapped backend (pg_id 0) and the wrapper's
+# helper group (pg_id 1: its fingerprint all_gathers) alike, pg_config is {'': ranks '[]'},
+# and torch's build_collectives raises KeyError: ('', 0) (its _pg_guids[('', rank)]).
+# Entries of a group without known members are left out (counted: `unnamed`). They would
+# show no divergence anyway: DETAIL refuses a differing call before the backend records it.
+def _named(entry: Record, groups: dict[str, Record]) -> bool:
+    """A collective of a process group whose members are known (not a p2p call)."""
+    return not entry.get("is_p2p") and str(entry.get("process_group", ["?"])[0]) in groups
+
+
+def comparable(records: dict[int, Record], groups: dict[str, Record]) -> tuple[list[int], int]:
+    """The ranks whose record holds a collective of a known group; how many collectives do not."""
+    ranks = [r for r in sorted(records) if any(_named(e, groups) for e in records[r]["entries"])]
+    collectives = [e for r in records.values() for e in r["entries"] if not e.get("is_p2p")]
+    return ranks, sum(not _named(e, groups) for e in collectives)
+
+
 def _entries(record: Record, group: str) -> dict[int, Record]:
     return {
         int(e["collective_seq_id"]): e
@@ -245,7 +263,7 @@ def torch_analysis(records: dict[int, Record], groups: dict[str, Record]) -> dic
         f"rank{rank}": {
             "host_name": f"rank{rank}",
             "rank": rank,
-            "entries": [e for e in record.get("entries", []) if not e.get("is_p2p")],
+            "entries": [e for e in record["entries"] if _named(e, groups)],
             "version": record.get("version", version),
             # only groups that appear in the entries: torch checks every listed group
             "pg_config": {
@@ -254,8 +272,9 @@ def torch_analysis(records: dict[int, Record], groups: dict[str, Record]) -> dic
                     "desc": groups[name]["desc"],
                     "ranks": str(groups[name]["ranks"]),
                 }
-                for name in {str(e["process_group"][0]) for e in record.get("entries", [])}
-                if name in groups
+                for name in {
+                    str(e["process_group"][0]) for e in record["entries"] if _named(e, groups)
+                }
             },
         }
         for rank, record in records.items()
@@ -365,14 +384,18 @@ def analyse(paths: list[Path]) -> Record:
     """Everything the launcher needs, as JSON-ready data."""
     records = load(paths)
     groups = groups_of(records)
+    compared, unnamed = comparable(records, groups)
     result: Record = {"ranks": sorted(records), "groups": groups, "divergences": [], "p2p": []}
+    # ranks with collectives of a known group; collectives left out (see _named)
+    result.update(compared=compared, unnamed=unnamed)
     if not records:
         return result
+    by_torch: dict[str, Record] = {}
     try:
-        by_torch = torch_analysis(records, groups)
+        if compared:  # nothing to analyse otherwise (torch's analyser raises on it)
+            by_torch = torch_analysis(records, groups)
     except (Exception, SystemExit) as exc:  # torch's analyser refused it: plain comparison
         result["analyser_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        by_torch = {}
     for name, config in sorted(groups.items(), key=lambda item: _numeric(item[0])):
         finding = by_torch.get(name) or (
             divergence(name, config, records)

@@ -67,6 +67,9 @@ class Forensics:
     analyser: str  # "torch" or why the plain comparison was used
     directory: Path
     where: tuple[tuple[int, str], ...] = ()  # rank -> where it was (the stack verdict)
+    compared: tuple[int, ...] | None = None  # ranks with collectives to compare (None: all)
+    unnamed: int = 0  # collectives of groups without known members: not compared
+    error: str | None = None  # why torch's analyser refused the records
 
 
 def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
@@ -130,12 +133,16 @@ def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
         for w in result.get("p2p", [])
     )
     error = result.get("analyser_error")
+    compared = result.get("compared")
     return Forensics(
         recorded=tuple(result.get("ranks", [])),
         divergences=divergences,
         p2p=waits,
         analyser=f"plain comparison (torch's analyser: {error})" if error else "torch",
         directory=directory,
+        compared=None if compared is None else tuple(int(r) for r in compared),
+        unnamed=int(result.get("unnamed", 0)),
+        error=None if error is None else str(error),
     )
 
 
@@ -156,7 +163,9 @@ SEARCH_LIMIT = 10_000  # directory entries looked at by explain
 def records_under(directory: Path) -> list[Path]:
     """Flight records anywhere below a log directory (explain): ours and torch's own dumps.
 
-    The newest attempt's when several attempts left some.
+    Those of the job's last attempt (attempt_N, the highest N), as the live summary reads
+    them; an isolation rerun's (isolate_*) only where no attempt left any. Elsewhere (a
+    torchrun run, torch's own dumps) the newest directory's.
     """
     found: dict[Path, list[Path]] = {}
     for seen, path in enumerate(walk(directory)):  # bounded, links not followed
@@ -169,12 +178,29 @@ def records_under(directory: Path) -> list[Path]:
             found.setdefault(attempt, []).append(path)
     if not found:
         return []
-    newest = max(found, key=lambda a: max(p.stat().st_mtime for p in found[a]))
-    return sorted(found[newest])
+    chosen = max(found, key=lambda a: (_attempt_number(a), max(_mtime(p) for p in found[a])))
+    return sorted(found[chosen])
+
+
+def _attempt_number(directory: Path) -> int:
+    """N for the job's attempt_N; -1 for anything else (an isolation rerun: isolate_gloo)."""
+    number = directory.name.removeprefix("attempt_")
+    named = directory.name.startswith("attempt_") and number.isascii() and number.isdigit()
+    return int(number) if named else -1
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def explain_lines(where: Path) -> list[str]:
     """explain's section on the flight records found below `where`."""
+    latest = where / "latest"  # a log directory: its latest run, as explain reads its logs
+    if latest.is_dir() and inside(where, latest):
+        where = latest.resolve()
     files = records_under(where) if where.is_dir() else []
     forensics = examine(files, {}, files[0].parent) if files else None
     if forensics is None:
@@ -264,13 +290,42 @@ def p2p_line(w: P2PWait) -> str:
 
 
 def lines(forensics: Forensics) -> list[str]:
-    """The summary's lines: every divergence and p2p wait, or that the records agree."""
+    """The summary's lines: every divergence and p2p wait, else what the comparison saw.
+
+    "agree" only where two or more ranks' collectives were compared by torch's analyser:
+    one record has nothing to agree with, and a refused analysis is no agreement.
+    """
     where = dict(forensics.where)
     found = [divergence_line(d, where) for d in leads_first(forensics.divergences, where)]
     found.extend(p2p_line(w) for w in forensics.p2p)
-    if not found:
-        found = ["the ranks' flight records agree (no collective where they diverge)"]
-    return found
+    return found or [nothing_found(forensics)]
+
+
+def nothing_found(forensics: Forensics) -> str:
+    """What the records show when they show no divergence."""
+    compared = forensics.recorded if forensics.compared is None else forensics.compared
+    unnamed = (
+        f"; {forensics.unnamed} collective(s) of process groups without known members "
+        "(unnamed, as Gloo records them under TORCH_DISTRIBUTED_DEBUG=DETAIL) not compared"
+        if forensics.unnamed
+        else ""
+    )
+    if not compared:
+        return f"no flight record holds a collective to compare{unnamed}"
+    if len(compared) == 1:
+        others = sorted(set(forensics.recorded) - set(compared))
+        alone = (
+            f"only rank {compared[0]}'s flight record holds collectives ({_ranks(others)}: none)"
+            if others
+            else f"only rank {compared[0]} left a flight record"
+        )
+        return f"{alone}: nothing to compare it with{unnamed}"
+    if forensics.error:
+        return (
+            f"could not be compared by torch's analyser ({forensics.error}); a plain "
+            f"comparison of {_ranks(compared)} found no collective where they diverge{unnamed}"
+        )
+    return f"the ranks' flight records agree (no collective where they diverge){unnamed}"
 
 
 def record(forensics: Forensics | None) -> dict[str, Any] | None:
