@@ -6,12 +6,14 @@ stopped itself are never failures.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
 
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
+from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
@@ -32,6 +34,10 @@ INTERRUPTED: Final = "interrupted"
 PASSED: Final = "passed"
 TIMEBOXED: Final = "timeboxed"
 ATTEMPT_STATUSES: tuple[AttemptStatus, ...] = get_args(AttemptStatus)
+# What safelaunch sends to stop ranks (supervisor/loop.py): SIGTERM, SIGKILL at the
+# deadline, or the interrupt it forwards. The dump signal asks for stacks and flight
+# records: it stops nothing (a rank that dies of it was exiting on its own).
+STOP_SIGNALS: frozenset[int] = frozenset({signal.SIGTERM, signal.SIGKILL})
 
 
 def attempt_status(text: str) -> AttemptStatus:
@@ -56,6 +62,8 @@ class RankResult:
     log_path: Path
     error_file: Path
     start_error: str | None = None
+    # stopped, and the signal it died of is one safelaunch sends to stop ranks
+    stop_sent: bool = True
 
     @property
     def shell_code(self) -> int:
@@ -74,6 +82,19 @@ class RankResult:
             name = signal_name(self.signal)
             return f"died of {name} (exit {self.shell_code})"
         return f"exited with code {self.exit_code}"
+
+    def stop_label(self) -> str:
+        """How a rank that ended after safelaunch began stopping the job ended."""
+        if self.signal is None:
+            return f"stopped by safelaunch, then exited with code {self.exit_code}"
+        if self.stop_sent:
+            return f"stopped by safelaunch ({signal_name(self.signal)})"
+        if self.signal == DUMP_SIGNAL:  # no handler any more: Python was tearing down
+            return (
+                f"{self.how_it_ended()}: exiting on its own when safelaunch's request for "
+                "its stacks and flight record reached it"
+            )
+        return f"{self.how_it_ended()} after safelaunch began stopping the job"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +122,14 @@ class Outcome:
         return self.status in (FAILED, HUNG)
 
 
-def judge(exit_: RankExit, teardown_after: float | None) -> RankResult:
-    """A rank failed if it ended non-zero before safelaunch began stopping ranks."""
+def judge(
+    exit_: RankExit, teardown_after: float | None, sent: frozenset[int] = STOP_SIGNALS
+) -> RankResult:
+    """A rank failed if it ended non-zero before safelaunch began stopping ranks.
+
+    One that ended after is stopped, never a failure; `sent`: the signals safelaunch
+    sent to stop ranks, so that one that died of another is not said stopped by it.
+    """
     code = exit_.returncode
     state: RankState
     if exit_.skipped:
@@ -124,12 +151,14 @@ def judge(exit_: RankExit, teardown_after: float | None) -> RankResult:
         log_path=exit_.log_path,
         error_file=exit_.error_file,
         start_error=exit_.start_error,
+        stop_sent=state != STOPPED or code >= 0 or -code in sent,
     )
 
 
 def outcome_of(record: AttemptRecord) -> Outcome:
     """Judge every rank and pick the root cause."""
-    ranks = tuple(judge(e, record.teardown_after) for e in record.exits)
+    sent = STOP_SIGNALS | ({record.interrupt_signal} if record.interrupt_signal else set())
+    ranks = tuple(judge(e, record.teardown_after, sent) for e in record.exits)
     failures = sorted((r for r in ranks if r.state == FAILED), key=lambda r: r.ended_after)
     first = failures[0] if failures else None
     status: AttemptStatus

@@ -26,9 +26,7 @@ def _rank_state(result: RankResult) -> str:
     if result.state == SUCCEEDED:
         return "succeeded"
     if result.state == STOPPED:
-        if result.signal is not None:
-            return f"stopped by safelaunch ({signal_name(result.signal)})"
-        return f"stopped by safelaunch, then exited with code {result.exit_code}"
+        return result.stop_label()
     return result.how_it_ended()
 
 

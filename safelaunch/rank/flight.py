@@ -17,7 +17,9 @@ Two things the Gloo record lacks are added from the rank's own view:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import faulthandler
 import functools
 import os
 import signal
@@ -53,6 +55,8 @@ def arm() -> None:
     global _directory
     signum = os.environ.get(names.DUMP_SIGNAL)
     directory = os.environ.get(names.FLIGHT_DIR)
+    if signum:  # registered first of all exit handlers: it runs last
+        atexit.register(_stop_answering, int(signum))
     if not signum or not directory:
         return
     try:
@@ -66,6 +70,20 @@ def arm() -> None:
     threading.Thread(
         target=_wait_for_signal, args=(read_end, int(signum)), name="safelaunch-flight", daemon=True
     ).start()
+
+
+def _stop_answering(signum: int) -> None:
+    """After the last exit handler: the dump signal is ignored until the process is gone.
+
+    CPython's finalisation resets a signal with a Python handler to SIG_DFL, then
+    faulthandler puts back the handler it chained to, the signal module's, while torch's
+    modules are still being torn down (seconds on a loaded machine). The launcher's dump
+    request arriving then killed a rank that was exiting on its own (death by signal 38,
+    or SIGSEGV once the interpreter was gone: seen after "Connection closed by peer").
+    """
+    with contextlib.suppress(Exception):
+        faulthandler.unregister(signum)
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:

@@ -3,7 +3,9 @@
 The dump signal that makes faulthandler print a rank's threads also makes the rank
 write its flight record (safelaunch/rank/flight.py) into `<attempt>/flight/`. Only
 ranks that reached torch.distributed (their comm file exists) are waited for, so a
-job without collectives never pays the wait.
+job without collectives never pays the wait; and only ranks that catch the signal now
+are sent it: its default action kills, and a rank exiting on its own ignores it from
+its last exit handler on (rank/flight.py), or is past the handler already.
 """
 
 from __future__ import annotations
@@ -38,28 +40,64 @@ def uses_collectives(started: StartedRank) -> bool:
     )
 
 
+def _signal_mask(pid: int, field: bytes) -> int:
+    """A /proc/PID/status signal mask (SigCgt: caught, SigIgn: ignored); 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(field + b":"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def catches(pid: int, signum: int) -> bool:
+    """The process has a handler for `signum` now: sending it does not kill."""
+    return bool(_signal_mask(pid, b"SigCgt") >> (signum - 1) & 1)
+
+
+def exiting(pid: int) -> bool:
+    """A rank past its last exit handler: it ignores the dump signal from there on."""
+    return bool(_signal_mask(pid, b"SigIgn") >> (DUMP_SIGNAL - 1) & 1)
+
+
 def request_records(live: Sequence[StartedRank], attempt_dir: Path, signalled: bool) -> None:
-    """Signal the ranks (unless `signalled` already) and wait for their flight records."""
-    asked = [s for s in live if uses_collectives(s)]
-    if not asked:
+    """Signal the ranks (unless `signalled` already) and wait for their flight records.
+
+    A rank exiting on its own (its record written as it raised) is waited for too, within
+    the same bound: stopped now, it would read as stopped by safelaunch.
+    """
+    ranks = [s for s in live if uses_collectives(s)]
+    asked = [s for s in ranks if catches(s.process.pid, DUMP_SIGNAL)]
+    leaving = [s for s in ranks if s not in asked and exiting(s.process.pid)]
+    if not asked and not leaving:
         return
     since = time.time()
-    if not signalled:
+    if not signalled and asked:
         signal_pids([s.process.pid for s in asked], DUMP_SIGNAL)
-    wait_for_records(asked, flight_dir(attempt_dir), since)
+    wait_for_records(asked, flight_dir(attempt_dir), since, leaving)
 
 
-def wait_for_records(asked: Sequence[StartedRank], directory: Path, since: float) -> None:
-    """Until every asked rank wrote a record after `since`, exited, or the wait ran out."""
+def wait_for_records(
+    asked: Sequence[StartedRank],
+    directory: Path,
+    since: float,
+    leaving: Sequence[StartedRank] = (),
+) -> None:
+    """Until every asked rank wrote a record after `since` and every leaving one exited
+    (or they exited, or the wait ran out)."""
     deadline = time.monotonic() + FLIGHT_WAIT
     pending = list(asked)
-    while pending and time.monotonic() < deadline:
+    gone = list(leaving)
+    while (pending or gone) and time.monotonic() < deadline:
         pending = [
             s
             for s in pending
             if is_alive(s.process.pid) and not _fresh(directory / f"rank{s.spec.rank}.json", since)
         ]
-        if pending:
+        gone = [s for s in gone if is_alive(s.process.pid)]
+        if pending or gone:
             time.sleep(0.01)
 
 
