@@ -332,7 +332,7 @@ if rank == 1:  # fails once rank 0 is tearing its interpreter down
 dist.destroy_process_group()
 
 class Slow:
-    # rank 0's teardown, after atexit: until the launcher reaped rank 1, then a little
+    # rank 0's teardown, after atexit: until the launcher reaped rank 1 (and noticed it)
     def __del__(self, exists=os.path.exists, sleep=time.sleep, join=os.path.join, here=here):
         open(join(here, "rank0-finalizing"), "w").close()
         pid = open(join(here, "rank1.pid")).read()
@@ -340,7 +340,7 @@ class Slow:
             if not exists(f"/proc/{pid}"):
                 break
             sleep(0.01)
-        sleep(0.3)
+        sleep(0.2)
 sys.modules["slow_teardown"] = type(sys)("slow_teardown")
 sys.modules["slow_teardown"].held = Slow()
 """

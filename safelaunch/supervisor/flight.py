@@ -22,6 +22,9 @@ from safelaunch.supervisor.spawn import StartedRank
 # The dump takes ~0.1 ms once the rank's dump thread gets the GIL; a rank whose main
 # thread holds the GIL in native code never answers, so the wait is bounded.
 FLIGHT_WAIT = 1.0
+# A rank past its last exit handler (it raised, or returned) is only tearing torch down:
+# 0.1-1 s here under load. Stopped meanwhile it would read as stopped by safelaunch.
+EXIT_WAIT = 3.0
 
 
 def flight_dir(attempt_dir: Path) -> Path:
@@ -65,8 +68,8 @@ def exiting(pid: int) -> bool:
 def request_records(live: Sequence[StartedRank], attempt_dir: Path, signalled: bool) -> None:
     """Signal the ranks (unless `signalled` already) and wait for their flight records.
 
-    A rank exiting on its own (its record written as it raised) is waited for too, within
-    the same bound: stopped now, it would read as stopped by safelaunch.
+    A rank exiting on its own (its record written as it raised) is waited for too, up to
+    EXIT_WAIT: stopped now, it would read as stopped by safelaunch.
     """
     ranks = [s for s in live if uses_collectives(s)]
     asked = [s for s in ranks if catches(s.process.pid, DUMP_SIGNAL)]
@@ -85,18 +88,22 @@ def wait_for_records(
     since: float,
     leaving: Sequence[StartedRank] = (),
 ) -> None:
-    """Until every asked rank wrote a record after `since` and every leaving one exited
-    (or they exited, or the wait ran out)."""
-    deadline = time.monotonic() + FLIGHT_WAIT
+    """Until every asked rank wrote a record after `since` (or exited), and every leaving
+    one exited, or the wait for it ran out."""
+    now = time.monotonic()
+    asked_until, leaving_until = now + FLIGHT_WAIT, now + EXIT_WAIT
     pending = list(asked)
     gone = list(leaving)
-    while (pending or gone) and time.monotonic() < deadline:
+    while pending or gone:
+        now = time.monotonic()
         pending = [
             s
             for s in pending
-            if is_alive(s.process.pid) and not _fresh(directory / f"rank{s.spec.rank}.json", since)
+            if now < asked_until
+            and is_alive(s.process.pid)
+            and not _fresh(directory / f"rank{s.spec.rank}.json", since)
         ]
-        gone = [s for s in gone if is_alive(s.process.pid)]
+        gone = [s for s in gone if now < leaving_until and is_alive(s.process.pid)]
         if pending or gone:
             time.sleep(0.01)
 
