@@ -233,6 +233,7 @@ class Slow:
 sys.modules["slow_teardown"] = type(sys)("slow_teardown")
 sys.modules["slow_teardown"].held = Slow()
 print("armed", flush=True)
+sys.stdin.readline()  # the test looked at the rank as it runs
 raise SystemExit(1)
 """
 
@@ -250,12 +251,15 @@ def test_a_rank_ignores_the_dump_signal_once_it_tears_down(tmp_path: Path) -> No
     rank = subprocess.Popen(
         [sys.executable, "-u", "-c", code, "script", str(script)],
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert rank.stdout is not None
+    assert rank.stdin is not None and rank.stdout is not None
     assert rank.stdout.readline().strip() == "armed"
     assert catches(rank.pid, DUMP_SIGNAL) and not exiting(rank.pid)
+    rank.stdin.write("exit\n")
+    rank.stdin.close()
     assert rank.stdout.readline().strip() == "finalizing"
     # CPython has reset its handlers by now: without the rank's last exit handler the
     # signal's default action (or a handler into a finished interpreter) would end it
