@@ -25,6 +25,7 @@ FLIGHT_WAIT = 1.0
 # A rank past its last exit handler (it raised, or returned) is only tearing torch down:
 # 0.1-1 s here under load. Stopped meanwhile it would read as stopped by safelaunch.
 EXIT_WAIT = 3.0
+REAP_WAIT = 0.5
 
 
 def flight_dir(attempt_dir: Path) -> Path:
@@ -80,6 +81,20 @@ def request_records(live: Sequence[StartedRank], attempt_dir: Path, signalled: b
     if not signalled and asked:
         signal_pids([s.process.pid for s in asked], DUMP_SIGNAL)
     wait_for_records(asked, flight_dir(attempt_dir), since, leaving)
+    _until_reaped([s for s in ranks if not is_alive(s.process.pid)])
+
+
+def _until_reaped(ended: Sequence[StartedRank]) -> None:
+    """Let the waiter threads record the exits of ranks that ended during the wait.
+
+    A rank's end is timed when its waiter thread reaps it; the teardown begins right after
+    this wait. Timed after that, a rank that ended on its own would read as stopped.
+    """
+    deadline = time.monotonic() + REAP_WAIT
+    while any(s.process.returncode is None for s in ended) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if ended:
+        time.sleep(0.005)  # the waiter thread times the exit just after it reaps
 
 
 def wait_for_records(
