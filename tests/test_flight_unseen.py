@@ -336,8 +336,11 @@ if rank == 1:  # fails once rank 0 is tearing its interpreter down
 dist.destroy_process_group()
 
 class Slow:
-    # rank 0's teardown, after atexit: until the launcher reaped rank 1 (and noticed it)
-    def __del__(self, exists=os.path.exists, sleep=time.sleep, join=os.path.join, here=here):
+    # rank 0's teardown, after atexit: until the launcher reaped rank 1 (and noticed it),
+    # then its own end (not torch's teardown: seconds on a loaded machine)
+    def __del__(
+        self, exists=os.path.exists, sleep=time.sleep, join=os.path.join, here=here, end=os._exit
+    ):
         open(join(here, "rank0-finalizing"), "w").close()
         pid = open(join(here, "rank1.pid")).read()
         for _ in range(2000):
@@ -345,6 +348,7 @@ class Slow:
                 break
             sleep(0.01)
         sleep(0.2)
+        end(0)
 sys.modules["slow_teardown"] = type(sys)("slow_teardown")
 sys.modules["slow_teardown"].held = Slow()
 """
