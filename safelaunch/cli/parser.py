@@ -9,6 +9,7 @@ paid before any rank can start. torchrun parses with argparse too, so its semant
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -27,8 +28,6 @@ class HelpFormatter(argparse.HelpFormatter):
     """`--a-b, --a_b METAVAR` once per option (argparse repeats the metavar per name)."""
 
     def __init__(self, prog: str) -> None:
-        import shutil  # here, for --help and errors only: it loads zlib, bz2 and lzma
-
         columns = shutil.get_terminal_size().columns
         super().__init__(prog, max_help_position=34, width=max(min(columns, MAX_WIDTH) - 2, 50))
 
