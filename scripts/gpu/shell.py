@@ -124,7 +124,7 @@ def _imported_from(python: str, env: dict[str, str]) -> str | None:
 def install(python: str, repo: Path, scratch: Path) -> Install:
     """pip install from a copy of the tree, offline, without dependencies; else PYTHONPATH.
 
-    --no-deps: the machine has click, psutil, nvidia-ml-py and filelock; python-hostlist
+    --no-deps: the machine has psutil, nvidia-ml-py and filelock; python-hostlist
     is missing and is only imported inside SLURM. --no-build-isolation: no index to fetch
     setuptools from, so the machine's own must be new enough. A copy: pip builds in the
     source tree, and the working tree stays clean.
