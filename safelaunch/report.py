@@ -12,6 +12,7 @@ from safelaunch.diagnose import Diagnosis, collectives, stragglers
 from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.diagnose.leaving import describe_leave, leave_record
+from safelaunch.diagnose.signatures import Signature
 from safelaunch.exitcodes import signal_name
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult
 from safelaunch.runfiles import shown_path, write_file
@@ -85,6 +86,7 @@ def render_hang(
     logs: str,
     attempt: str,
     forensics: Forensics | None = None,
+    signature: Signature | None = None,
 ) -> str:
     """Where every rank is, the odd ones out first named, and where the stacks are."""
     lines = [
@@ -100,6 +102,9 @@ def render_hang(
         lines.append(f"  likely culprit: rank {who}: {hang.reason}")
     else:
         lines.append(f"  {hang.reason}")
+    if signature is not None:  # a hang whose cause is known (uneven loops: data/sampling)
+        lines.append(f"  class: {signature.klass} ({signature.id}): {signature.meaning}")
+        lines.extend(f"  next:  {step}" for step in signature.next_steps)
     lines.extend(flight_lines(forensics))
     if hang.stacks_dir is not None:
         lines.append(f"  stacks: {shown_path(hang.stacks_dir)}/ (every thread of every rank)")
@@ -110,22 +115,38 @@ def render_hang(
 def exit_code(outcome: Outcome, diagnosis: Diagnosis) -> int:
     """The run's code: the diagnosed root cause's own when a rank failed.
 
-    A root cause that exited 0 (it left early; its peers failed for it) gives no failure
-    code: the first failure's code then, as torchrun would fail too.
+    A root cause that exited 0, or that safelaunch stopped (it left early; its peers failed
+    for it), gives no failure code: the first failure's code then, as torchrun would fail too.
     """
-    if outcome.status == FAILED and diagnosis.root_cause is not None:
-        return diagnosis.root_cause.shell_code or outcome.exit_code
+    root = diagnosis.root_cause
+    if outcome.status == FAILED and root is not None:
+        return (root.shell_code if root.state != STOPPED else 0) or outcome.exit_code
     return outcome.exit_code
+
+
+def _code_line(outcome: Outcome, root: RankResult, code: int, logs: str) -> str:
+    """Whose code the run exits with: the root cause's own, or the first failure's."""
+    first = outcome.first_failure
+    if root.state == STOPPED or root.shell_code != code:
+        whose = f"rank {first.rank}'s, the first failure" if first is not None else "the run's"
+        return (
+            f"exit code {code} ({whose}: rank {root.rank} left without an error code); logs: {logs}"
+        )
+    return f"exit code {code} (rank {root.rank}'s own code); logs: {logs}"
 
 
 def _failure_lines(
     outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str, logs_kept: bool
 ) -> list[str]:
+    leave = diagnosis.leaves.get(cause.rank)
+    if diagnosis.left_early and leave is not None and leave.left_at is not None:
+        how = f"left the collectives after #{leave.left_at} (destroy_process_group)"
+    else:
+        how = f"{cause.how_it_ended()} after {cause.ended_after:.1f} s"
     lines = [
-        f"FAILED{attempt}: rank {cause.rank} {cause.how_it_ended()} after {cause.ended_after:.1f} s"
+        f"FAILED{attempt}: rank {cause.rank} {how}"
         + (" while the other ranks still communicated" if diagnosis.left_early else "")
     ]
-    leave = diagnosis.leaves.get(cause.rank)
     view = CauseView(
         klass=diagnosis.klass or UNKNOWN,
         signature=diagnosis.signature,
@@ -169,7 +190,9 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
         head = f"all {len(outcome.ranks)} ranks succeeded in {outcome.duration:.1f} s{attempt}"
         return "\n".join([head, *notes, f"logs: {logs}"])
     if outcome.status == HUNG and diagnosis.hang is not None:
-        return render_hang(outcome, diagnosis.hang, logs, attempt, diagnosis.collectives)
+        return render_hang(
+            outcome, diagnosis.hang, logs, attempt, diagnosis.collectives, diagnosis.signature
+        )
     if outcome.peer_event is not None and diagnosis.root_cause is None:
         lines = [f"STOPPED{attempt}: {outcome.peer_event.shown}"]
         lines.extend(_group_lines(list(outcome.ranks)))
@@ -180,9 +203,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
         lines = _failure_lines(outcome, diagnosis, diagnosis.root_cause, attempt, logs_kept)
         lines.extend(notes)
         code = exit_code(outcome, diagnosis)
-        lines.append(
-            f"exit code {code} (rank {diagnosis.root_cause.rank}'s own code); logs: {logs}"
-        )
+        lines.append(_code_line(outcome, diagnosis.root_cause, code, logs))
         return "\n".join(lines)
     name = signal_name(outcome.interrupt_signal or signal.SIGTERM)
     lines = [f"interrupted by {name} after {outcome.duration:.1f} s{attempt}"]

@@ -37,16 +37,17 @@ def test_a_rank_that_exited_0_first_is_the_root_cause_of_its_peers_errors() -> N
     assert root.consequences == ((0, "peer-connection-closed"),)
 
 
-def test_a_rank_that_left_with_a_code_and_no_error_left_early() -> None:
-    leave = Leave(rank=1, how="sys.exit", code=3, location="/u/train.py:9 in <module>", seq=40)
+def test_a_rank_that_left_by_sys_exit_0_and_no_error_left_early() -> None:
+    # (a non-zero code is the rank's own failure: tests/test_rootcause_unseen.py)
+    leave = Leave(rank=1, how="sys.exit", code=0, location="/u/train.py:9 in <module>", seq=40)
     ranks = [
         _rank(0, text=CLOSED, failed=True, ended=2.0, code=1),
-        _rank(1, text="stopping\n", failed=True, ended=1.0, code=3, leave=leave),
+        _rank(1, text="stopping\n", ended=1.0, code=0, leave=leave),
     ]
     root = find_root_cause(ranks)
     assert root is not None and root.rank == 1 and root.left_early
     assert root.error is not None and root.error.location == "/u/train.py:9 in <module>"
-    assert root.error.line.startswith("SystemExit: sys.exit(3) while the other ranks")
+    assert root.error.line.startswith("SystemExit: sys.exit(0) while the other ranks")
     assert describe_leave(leave, {0: 41, 1: 40}, 1) == [
         "count: rank 1 had issued 40 collective(s); the others had reached 41"
     ]

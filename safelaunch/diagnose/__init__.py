@@ -21,7 +21,7 @@ from safelaunch.diagnose.errortext import (
     last_lines,
     parse_traceback,
 )
-from safelaunch.diagnose.hang import HangAnalysis, analyse_hang
+from safelaunch.diagnose.hang import UNEVEN_ITERATIONS, HangAnalysis, analyse_hang
 from safelaunch.diagnose.leaving import Leave, read_leaves, read_seqs
 from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.reading import LOG_TAIL
@@ -67,8 +67,12 @@ class Diagnosis:
 
 
 def hang_class(hang: HangAnalysis) -> FailureClass:
-    """Communication when the culprits wait in a collective (or every rank does alike);
-    unknown when a culprit is stuck in its own code: its stack, not the network, is the lead."""
+    """Data/sampling when the culprits ran a loop a different number of times than the
+    others (uneven data: hang.py); communication when they wait in a collective (or every
+    rank does alike); unknown when a culprit is stuck in its own code: its stack, not the
+    network, is the lead."""
+    if hang.uneven:
+        return UNEVEN_ITERATIONS.klass
     stuck_outside = any(
         not group.waiting for group in hang.groups if set(group.ranks) & set(hang.culprits)
     )
@@ -113,6 +117,7 @@ def diagnose(
             error=None,
             hang=hang,
             klass=klass,
+            signature=UNEVEN_ITERATIONS if hang is not None and hang.uneven else None,
             non_finite=non_finite,
             collectives=collectives,
             stragglers=stragglers,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from safelaunch.diagnose.frames import user_frame
+from safelaunch.diagnose.frames import LIBRARY_PARTS, user_frame
+from safelaunch.diagnose.pytypes import RANK_LEFT_EARLY
+from safelaunch.diagnose.reading import read_tail
+from safelaunch.diagnose.signatures import Signature
 from safelaunch.outcome import Outcome
 from safelaunch.supervisor import Beat, HangEvidence
 from safelaunch.supervisor.hang import is_stale
@@ -14,8 +19,21 @@ from safelaunch.supervisor.hang import is_stale
 _DISTRIBUTED = "torch/distributed/"
 _DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 _BOOTSTRAP = "safelaunch/rank/bootstrap.py"
+_NOT_USERS = (*LIBRARY_PARTS, "<string>", "safelaunch/rank/")
+SOURCE_LIMIT = 1 << 20  # a script's source read to place a line in its loops
 
 Frames = tuple[tuple[str, int, str], ...]
+
+UNEVEN_ITERATIONS = Signature(
+    id="uneven-iterations",
+    klass=RANK_LEFT_EARLY.klass,
+    meaning="the ranks ran a loop a different number of times: one left it (it ran out of "
+    "batches) and waits in a collective after it, while the others still run it",
+    next_steps=(
+        *RANK_LEFT_EARLY.next_steps[:2],
+        "count the batches on every rank (len(loader)) before the loop: they must be equal",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +46,7 @@ class Whereabouts:
     waiting: bool  # inside torch.distributed (a collective, barrier, rendezvous)
     seqs: tuple[int, ...]  # collective counts seen in the group
     frozen: str | None  # why the rank stopped reporting, when it did
+    frames: Frames = ()  # its user's frames, innermost first (one member's)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +60,7 @@ class HangAnalysis:
     culprits: tuple[int, ...]
     reason: str
     stacks_dir: Path | None
+    uneven: bool = False  # the culprits and the others ran a loop a different number of times
 
 
 def main_thread_frames(dump: str) -> Frames:
@@ -90,6 +110,7 @@ def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bo
 
 def _group(evidence: HangEvidence) -> list[Whereabouts]:
     keyed: dict[tuple[str, str | None, bool, str | None], list[tuple[int, int | None]]] = {}
+    stacks: dict[tuple[str, str | None, bool, str | None], Frames] = {}
     for progress in evidence.ranks:
         beat = progress.beat
         dumped = _read_dump(evidence.stack_files.get(progress.rank))
@@ -104,6 +125,7 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
         location = user_frame(frames, also_skip=("<string>", "safelaunch/rank/"))
         key = (activity, location, waiting, frozen)
         keyed.setdefault(key, []).append((progress.rank, beat.seq if beat else None))
+        stacks.setdefault(key, tuple(f for f in frames if not any(p in f[0] for p in _NOT_USERS)))
     groups = [
         Whereabouts(
             ranks=tuple(sorted(rank for rank, _ in members)),
@@ -112,6 +134,7 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
             waiting=waiting,
             seqs=tuple(sorted({seq for _, seq in members if seq is not None})),
             frozen=frozen,
+            frames=stacks[(activity, location, waiting, frozen)],
         )
         for (activity, location, waiting, frozen), members in keyed.items()
     ]
@@ -143,6 +166,100 @@ def _culprits(
     return (), "every rank is at the same place: look for a cause outside the job"
 
 
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+Chain = list[tuple[ast.stmt, list[ast.stmt]]]  # (statement, the block it is in), outermost first
+
+
+def _parse(path: str, cache: dict[str, ast.Module | None]) -> ast.Module | None:
+    """The user's source file, parsed once; None when unreadable, too big or not Python."""
+    if path not in cache:
+        text = read_tail(Path(path), SOURCE_LIMIT + 1)
+        try:
+            cache[path] = ast.parse(text) if 0 < len(text) <= SOURCE_LIMIT else None
+        except (SyntaxError, ValueError):
+            cache[path] = None
+    return cache[path]
+
+
+def _chain(tree: ast.Module, line: int) -> Chain:
+    """The statements that hold `line`, outermost first, each with the block it is in."""
+    chain: Chain = []
+    block: list[ast.stmt] = tree.body
+    while True:
+        found = next((s for s in block if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if found is None:
+            return chain
+        chain.append((found, block))
+        inner: list[ast.stmt] = []
+        for child in ast.iter_child_nodes(found):
+            if isinstance(child, ast.stmt):
+                inner.append(child)
+            elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                inner.extend(child.body)
+        block = inner
+
+
+def _in_loop(tree: ast.Module | None, line: int) -> bool:
+    return tree is not None and any(isinstance(s, _LOOPS) for s, _ in _chain(tree, line))
+
+
+def _left_loop(inner: Frames, outer: Frames, cache: dict[str, ast.Module | None]) -> bool:
+    """Whoever is at `outer` left a loop that whoever is at `inner` still runs: it ran it
+    fewer times (it ran out of batches first).
+
+    Both stacks (innermost first) are followed from the outermost frame to the first
+    place they differ, in one function. There `outer` must wait at a statement after the
+    one that holds `inner`, in the same block, and `inner` be in a loop: in that statement,
+    or, when that statement is a call, in the function it called. No `if` may lie
+    between: a loop entered on a condition (`if rank == 0:`) is a collective mismatch.
+    """
+    down, up = inner[::-1], outer[::-1]
+    depth = next((i for i, (a, b) in enumerate(zip(down, up, strict=False)) if a != b), None)
+    if depth is None or depth >= len(down) or depth >= len(up):
+        return False
+    (path, line_in, func), (other_path, line_out, other_func) = down[depth], up[depth]
+    tree = _parse(path, cache)
+    if tree is None or (path, func) != (other_path, other_func):
+        return False
+    a, b = _chain(tree, line_in), _chain(tree, line_out)
+    common = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x[0] is not y[0]), None)
+    if common is None:
+        return False
+    (held, block), (later, other_block) = a[common], b[common]
+    if block is not other_block or block.index(later) <= block.index(held):
+        return False
+    for statement, _ in a[common:]:
+        if isinstance(statement, _LOOPS):
+            return True
+        if isinstance(statement, (ast.If, *_SCOPES)):
+            return False
+    # a statement without a loop: a call, and the others still loop in what it called
+    return any(_in_loop(_parse(p, cache), n) for p, n, _ in down[depth + 1 :])
+
+
+def _uneven(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> str | None:
+    """Why the culprits and the others ran a loop a different number of times, or None.
+
+    Every rank waits in a collective of the same count: torch sees one collective that
+    the ranks call differently. When the culprits wait after the end of the loop that the
+    others still run (or still run the one the others have left), they ran out of work at
+    different times: uneven data, not a wrong collective.
+    """
+    odd = [g for g in groups if set(g.ranks) <= set(culprits)]
+    rest = [g for g in groups if not set(g.ranks) & set(culprits)]
+    if not odd or not rest or not all(g.waiting and g.frames for g in groups):
+        return None
+    if len({seq for g in groups for seq in g.seqs}) > 1:
+        return None  # counts differ: "it is behind" says it
+    cache: dict[str, ast.Module | None] = {}
+    if all(_left_loop(o.frames, c.frames, cache) for c in odd for o in rest):
+        return "it left the loop the others still run (fewer iterations: it ran out of data)"
+    if all(_left_loop(c.frames, o.frames, cache) for c in odd for o in rest):
+        return "it still runs the loop the others have left (more iterations: uneven data)"
+    return None
+
+
 def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
     """Group the ranks by where they were and name the odd ones out."""
     evidence = outcome.hang
@@ -152,6 +269,7 @@ def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
     exited = [(r.rank, r.how_it_ended()) for r in outcome.ranks if r.rank not in live]
     groups = _group(evidence)
     culprits, reason = _culprits(groups, exited)
+    uneven = None if exited else _uneven(groups, culprits)
     stuck = min(evidence.detected_at - p.last_progress for p in evidence.ranks)
     stacks = next(iter(evidence.stack_files.values()), None)
     return HangAnalysis(
@@ -160,6 +278,7 @@ def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
         groups=tuple(groups),
         exited=tuple(exited),
         culprits=culprits,
-        reason=reason,
+        reason=uneven or reason,
         stacks_dir=stacks.parent if stacks else None,
+        uneven=uneven is not None,
     )

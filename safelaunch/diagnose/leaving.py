@@ -24,10 +24,13 @@ class Leave:
     """How one rank's Python code ended without an uncaught error."""
 
     rank: int
-    how: str  # "sys.exit" | "returned" (the end of the script)
+    how: str  # "sys.exit" | "returned" (the end of the script) | "destroy_process_group"
     code: int | str | None  # SystemExit's code (a string: the message python printed)
-    location: str | None  # the user's frame that raised SystemExit
+    location: str | None  # the user's frame that raised SystemExit (or destroyed the group)
     seq: int | None  # collectives it had issued when it left
+    # it destroyed its default group after this many collectives (None: it never did):
+    # from there on it took part in no collective, whenever its process ended
+    left_at: int | None = None
 
 
 def _leave(rank: int, record: Mapping[str, Any]) -> Leave:
@@ -40,7 +43,12 @@ def _leave(rank: int, record: Mapping[str, Any]) -> Leave:
         code=code if isinstance(code, (int, str)) else None,
         location=user_frame(frames, also_skip=("<string>",)),
         seq=seq if isinstance(seq, int) else None,
+        left_at=_count(record.get("left_at")),
     )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def read_leaves(heartbeat_dir: Path | None) -> dict[int, Leave]:
@@ -73,7 +81,13 @@ def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
 
 def leave_record(leave: Leave) -> dict[str, Any]:
     """report.json's form (explain reads it back)."""
-    return {"how": leave.how, "code": leave.code, "location": leave.location, "seq": leave.seq}
+    return {
+        "how": leave.how,
+        "code": leave.code,
+        "location": leave.location,
+        "seq": leave.seq,
+        "left_at": leave.left_at,
+    }
 
 
 def leave_from_record(rank: int, record: Mapping[str, Any]) -> Leave:
@@ -85,6 +99,7 @@ def leave_from_record(rank: int, record: Mapping[str, Any]) -> Leave:
         code=code if isinstance(code, (int, str)) else None,
         location=location if isinstance(location, str) else None,
         seq=seq if isinstance(seq, int) else None,
+        left_at=_count(record.get("left_at")),
     )
 
 

@@ -11,12 +11,13 @@ the nodes' failures: the earliest real failure is the cause, what only followed 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from safelaunch.diagnose.errortext import ErrorText, error_text
+from safelaunch.diagnose.errortext import ErrorText, error_text, last_lines
 from safelaunch.diagnose.leaving import Leave
 from safelaunch.diagnose.match import Match, cause, in_worker, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
@@ -86,11 +87,13 @@ def _order(rank: RankEvidence) -> tuple[float, int]:
 def _left_early(
     ranks: Sequence[RankEvidence], failed: list[RankEvidence], real: list[RankEvidence]
 ) -> RankEvidence | None:
-    """A rank that ended with no error while the failures are only consequences of it.
+    """A rank that stopped taking part with no error while the failures are only consequences.
 
     Either a rank that exited 0 (or left without saying why) before the first failure,
-    or the first "real" failure when it has no error at all and every other failure
-    is a consequence: it just left.
+    or one that destroyed its default group (its exit record says after which collective)
+    and did not fail: it left the collectives then, whenever its process ended (it may go
+    on with local work until safelaunch stops it). Or the first "real" failure when it has
+    no error at all and every other failure is a consequence: it just left.
     """
     if not failed or real:
         return None
@@ -100,9 +103,69 @@ def _left_early(
         for r in ranks
         if not r.failed
         and (r.code == 0 or r.leave is not None)
-        and (first.ended is None or r.ended is None or r.ended <= first.ended)
+        and (
+            (r.leave is not None and r.leave.left_at is not None)
+            or first.ended is None
+            or r.ended is None
+            or r.ended <= first.ended
+        )
     ]
     return min(quiet, key=_order) if quiet else None
+
+
+def _own_code(rank: RankEvidence) -> bool:
+    """It chose to fail: a non-zero exit code of its own (sys.exit(3), sys.exit("message")).
+
+    Not "left early" then, even with no traceback: the program said it failed, and why is
+    in what it printed last. A code of 0, or none known, while its peers still
+    communicated stays a rank that left early.
+    """
+    if rank.leave is not None and isinstance(rank.leave.code, str):
+        return True
+    return rank.signum is None and rank.code is not None and rank.code != 0
+
+
+# A line that reads as the program's own error message (`ERROR: ...`, `... not found`).
+_MESSAGE = re.compile(
+    r"\b(?:error|fatal|fail(?:ed|ure|s)?|abort(?:ed|ing)?|exception|cannot|can't|could not|"
+    r"unable|not found|no such|missing|invalid|denied|refused)\b",
+    re.IGNORECASE,
+)
+
+
+def _exit_message(rank: RankEvidence) -> ErrorText | None:
+    """What a rank that exited with a code of its own printed last: the last line that reads
+    as an error message (else its last line), placed where it called sys.exit."""
+    lines = last_lines(rank.text)
+    where = rank.leave.location if rank.leave is not None else None
+    line = next((line for line in reversed(lines) if _MESSAGE.search(line)), None)
+    if line is None and lines:
+        line = lines[-1]
+    if line is None and rank.leave is not None and rank.leave.how == "sys.exit":
+        line = f"SystemExit: sys.exit({rank.leave.code!r})"
+    return ErrorText(line=line, location=where, source="log") if line else None
+
+
+def _called_exit(rank: RankEvidence) -> bool:
+    return rank.leave is not None and rank.leave.how == "sys.exit"
+
+
+def _leaving_error(leave: Leave) -> ErrorText | None:
+    """Where a rank that left early left: destroy_process_group, or the sys.exit it called."""
+    if leave.left_at is not None:
+        return ErrorText(
+            line=f"destroy_process_group() after collective #{leave.left_at} while the other "
+            "ranks still communicated",
+            location=leave.location,
+            source="exit record",
+        )
+    if leave.how == "sys.exit":
+        return ErrorText(
+            line=f"SystemExit: sys.exit({leave.code!r}) while the other ranks still communicated",
+            location=leave.location,
+            source="exit record",
+        )
+    return None
 
 
 def _no_error(rank: RankEvidence, found: list[Match]) -> bool:
@@ -131,17 +194,18 @@ def find_root_cause(
     if root is None:
         return None
     followed = after_cause(failed, root, is_real)
-    left = leaver is not None or (bool(followed) and _no_error(root, found[root.rank]))
+    left = leaver is not None or (
+        bool(followed) and _no_error(root, found[root.rank]) and not _own_code(root)
+    )
     consequences = tuple((r.rank, found[r.rank][0].signature.id) for r in followed)
     error = error_text(root.text, root.error_file)
-    if left and error is None and root.leave is not None and root.leave.how == "sys.exit":
-        # where it left is the line to look at: the SystemExit the bootstrap recorded
-        error = ErrorText(
-            line=f"SystemExit: sys.exit({root.leave.code!r}) while the other ranks still "
-            "communicated",
-            location=root.leave.location,
-            source="exit record",
-        )
+    if left and error is None and root.leave is not None:
+        # where it left is the line to look at: the bootstrap's exit record says where
+        error = _leaving_error(root.leave)
+    elif error is None and _own_code(root) and (followed or _called_exit(root)):
+        # its peers failed for it, or it called sys.exit itself: what it printed is the
+        # error, and where it exited the place (with neither, its last lines are the lead)
+        error = _exit_message(root)
     match = cause(found[root.rank]) if not left else None
     # A traceback before the shutdown crash is the real failure; the abort is how it ended.
     python_error = error is not None and not error.line.startswith("Fatal Python error")

@@ -21,6 +21,7 @@ import threading
 import time
 from types import FrameType, ModuleType
 
+from safelaunch.rank import names
 from safelaunch.rank.jsontext import dumps
 from safelaunch.rank.phases import Phases
 
@@ -29,6 +30,9 @@ FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
 BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing
 
 _active: Beater | None = None
+# Set when the rank destroys its default group: (collectives issued, where, innermost first).
+# After that it takes part in no collective, and torch no longer says how many it issued.
+_left: tuple[int | None, list[tuple[str, int, str]]] | None = None
 
 
 class Beater(threading.Thread):
@@ -143,6 +147,40 @@ def write_atomically(path: str, record: dict[str, object]) -> None:
     with open(temporary, "w") as out:
         out.write(dumps(record))  # not json: it would cost every rank `re` at start
     os.replace(temporary, path)
+
+
+def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> None:
+    """Write `rank<N>.exit.json` beside the heartbeat record: how, where and when it left.
+
+    A rank that destroyed its default group earlier left the collectives there: the
+    record keeps that place and count (`left_at`), whatever ends the process later.
+    """
+    directory = os.environ.get(names.HEARTBEAT_DIR)
+    if not directory:
+        return
+    seq = collective_sequence()
+    record: dict[str, object] = {
+        "how": how,
+        "code": code if isinstance(code, int) or code is None else str(code),
+        "frames": frames[:FRAMES_KEPT],  # innermost first
+        "time": time.time(),
+        "seq": seq,
+    }
+    if _left is not None:
+        record["left_at"], record["frames"] = _left[0], _left[1][:FRAMES_KEPT]
+        record["seq"] = seq if seq is not None else _left[0]
+    path = os.path.join(directory, f"rank{os.environ.get('RANK', '0')}.exit.json")
+    with contextlib.suppress(Exception):  # without it the diagnosis uses the exit status
+        write_atomically(path, record)
+
+
+def left_collectives(frame: FrameType | None) -> None:
+    """The rank destroys its default group (called just before): note how far it got, and
+    where, in its exit record at once: a rank still alive when its peers fail for it
+    (it went on with local work) is stopped before it can write one at exit."""
+    global _left
+    _left = (collective_sequence(), _frames(frame))
+    write_exit("destroy_process_group", None, [])
 
 
 def _thread_cpu_clock(ident: int) -> int | None:

@@ -11,12 +11,10 @@ which are removed from uncaught tracebacks.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import faulthandler
 import os
 import signal
 import sys
-import time
 from importlib.machinery import SourceFileLoader
 from types import TracebackType
 
@@ -119,24 +117,11 @@ def record_exit(how: str, code: object, tb: TracebackType | None) -> None:
     code (0 included); the survivors only show "Connection closed by peer". Its exit
     status alone cannot say where it left; the SystemExit's traceback can.
     """
-    directory = os.environ.get(names.HEARTBEAT_DIR)
-    if not directory:
-        return
     frames: list[tuple[str, int, str]] = []
     while tb is not None:
         frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name))
         tb = tb.tb_next
-    with contextlib.suppress(Exception):  # without it the diagnosis uses the exit status
-        beat.write_atomically(
-            os.path.join(directory, f"rank{os.environ.get('RANK', '0')}.exit.json"),
-            {
-                "how": how,
-                "code": code if isinstance(code, int) or code is None else str(code),
-                "frames": frames[::-1][: beat.FRAMES_KEPT],  # innermost first
-                "time": time.time(),
-                "seq": beat.collective_sequence(),
-            },
-        )
+    beat.write_exit(how, code, frames[::-1])  # innermost first
 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:

@@ -22,7 +22,7 @@ import os
 import sys
 
 from safelaunch.rank import flight, names
-from safelaunch.rank.beat import count_optimizer_steps, write_atomically
+from safelaunch.rank.beat import count_optimizer_steps, left_collectives, write_atomically
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -248,6 +248,7 @@ def patch(module: ModuleType) -> None:
     _replace(module, "init_process_group", init_process_group)
     _replace(module, "new_group", new_group)
     flight.track_p2p(module, _replace)
+    _replace(module, "destroy_process_group", _leaving(module, module.destroy_process_group))
     ledger_path = os.environ.get(names.COLLECTIVES_FILE)
     if force and ledger_path:
         try:
@@ -256,6 +257,21 @@ def patch(module: ModuleType) -> None:
             return
         for name, position in COLLECTIVES.items():
             _record_collective(module, name, position, ledger)
+
+
+def _leaving(module: ModuleType, real: Callable[..., Any]) -> Callable[..., Any]:
+    """destroy_process_group, noting first when it ends the default group's collectives:
+    a rank that does so while its peers still communicate left early (diagnose/leaving.py)."""
+
+    @functools.wraps(real)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):  # a diagnostic: the destroy runs regardless
+            group = args[0] if args else kwargs.get("group")
+            if group is None or group is module.GroupMember.WORLD:
+                left_collectives(sys._getframe(1))
+        return real(*args, **kwargs)
+
+    return destroy_process_group
 
 
 class _PatchOnLoad:
