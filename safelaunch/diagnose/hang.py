@@ -227,7 +227,7 @@ def _left_loop(inner: Frames, outer: Frames, cache: dict[str, ast.Module | None]
     if common is None:
         return False
     (held, block), (later, other_block) = a[common], b[common]
-    if block is not other_block or block.index(later) <= block.index(held):
+    if block != other_block or block.index(later) <= block.index(held):  # the same block
         return False
     for statement, _ in a[common:]:
         if isinstance(statement, _LOOPS):
@@ -238,7 +238,7 @@ def _left_loop(inner: Frames, outer: Frames, cache: dict[str, ast.Module | None]
     return any(_in_loop(_parse(p, cache), n) for p, n, _ in down[depth + 1 :])
 
 
-def _uneven(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> str | None:
+def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> str | None:
     """Why the culprits and the others ran a loop a different number of times, or None.
 
     Every rank waits in a collective of the same count: torch sees one collective that
@@ -269,7 +269,7 @@ def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
     exited = [(r.rank, r.how_it_ended()) for r in outcome.ranks if r.rank not in live]
     groups = _group(evidence)
     culprits, reason = _culprits(groups, exited)
-    uneven = None if exited else _uneven(groups, culprits)
+    uneven = None if exited else uneven_reason(groups, culprits)
     stuck = min(evidence.detected_at - p.last_progress for p in evidence.ranks)
     stacks = next(iter(evidence.stack_files.values()), None)
     return HangAnalysis(
