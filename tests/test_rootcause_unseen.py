@@ -36,6 +36,11 @@ def _leave(how: str, code: int | str | None = None, left_at: int | None = None) 
     return Leave(rank=1, how=how, code=code, location=AT, seq=left_at, left_at=left_at)
 
 
+def _exited(code: int, text: str) -> RankEvidence:
+    """Rank 1 called sys.exit(code) after printing `text`."""
+    return _rank(1, text=text, failed=True, code=code, leave=_leave("sys.exit", code))
+
+
 SURVIVOR = _rank(0, text=CLOSED, failed=True, ended=2.0, code=1)
 
 # (rank 1's evidence; then: root rank, left early, class, error line starts with)
@@ -57,23 +62,11 @@ ROOT_CASES = {
         (1, True, "data/sampling", "SystemExit: sys.exit(0) while the other ranks"),
     ),
     "sys.exit(3) after an error message": (
-        _rank(
-            1,
-            text="loading shards\nERROR: shard list /x/shards.txt not found\n",
-            failed=True,
-            code=3,
-            leave=_leave("sys.exit", 3),
-        ),
+        _exited(3, "loading shards\nERROR: shard list /x/shards.txt not found\n"),
         (1, False, "unknown", "ERROR: shard list /x/shards.txt not found"),
     ),
     "sys.exit(2) after a message a signature knows": (
-        _rank(
-            1,
-            text="fatal: could not write the checkpoint: No space left on device\n",
-            failed=True,
-            code=2,
-            leave=_leave("sys.exit", 2),
-        ),
+        _exited(2, "fatal: could not write the checkpoint: No space left on device\n"),
         (1, False, "resources", "fatal: could not write the checkpoint"),
     ),
     "sys.exit('message')": (
