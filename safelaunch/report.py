@@ -11,7 +11,7 @@ from safelaunch.cause import CauseView, cause_lines, consequence_lines
 from safelaunch.diagnose import Diagnosis, collectives, stragglers
 from safelaunch.diagnose.collectives import Forensics
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
-from safelaunch.diagnose.leaving import describe_leave, leave_record
+from safelaunch.diagnose.leaving import describe_leave, leave_record, left_collectives
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.exitcodes import signal_name
 from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult
@@ -139,10 +139,8 @@ def _failure_lines(
     outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str, logs_kept: bool
 ) -> list[str]:
     leave = diagnosis.leaves.get(cause.rank)
-    if diagnosis.left_early and leave is not None and leave.left_at is not None:
-        how = f"left the collectives after #{leave.left_at} (destroy_process_group)"
-    else:
-        how = f"{cause.how_it_ended()} after {cause.ended_after:.1f} s"
+    left = left_collectives(leave) if diagnosis.left_early else None
+    how = left or f"{cause.how_it_ended()} after {cause.ended_after:.1f} s"
     lines = [
         f"FAILED{attempt}: rank {cause.rank} {how}"
         + (" while the other ranks still communicated" if diagnosis.left_early else "")

@@ -49,6 +49,10 @@ ROOT_CASES = {
         _rank(1, ended=None, leave=_leave("destroy_process_group", left_at=3)),
         (1, True, "data/sampling", "destroy_process_group() after collective #3"),
     ),
+    "destroyed, its count unknown": (
+        _rank(1, ended=None, leave=_leave("destroy_process_group")),
+        (1, True, "data/sampling", "destroy_process_group() while the other ranks"),
+    ),
     "destroyed, exited 0 after the peer failed": (
         _rank(1, ended=3.0, code=0, leave=_leave("returned", 0, left_at=3)),
         (1, True, "data/sampling", "destroy_process_group() after collective #3"),

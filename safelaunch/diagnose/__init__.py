@@ -22,7 +22,7 @@ from safelaunch.diagnose.errortext import (
     parse_traceback,
 )
 from safelaunch.diagnose.hang import UNEVEN_ITERATIONS, HangAnalysis, analyse_hang
-from safelaunch.diagnose.leaving import Leave, read_leaves, read_seqs
+from safelaunch.diagnose.leaving import Leave, left_collectives, read_leaves, read_seqs
 from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.reading import LOG_TAIL
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
@@ -158,7 +158,8 @@ def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if root is None:
         return outcome.status
     what = diagnosis.signature.id if diagnosis.signature else (diagnosis.klass or "unknown")
-    line = f"rank {root.rank} {root.how_it_ended()} ({what})"
+    left = left_collectives(diagnosis.leaves.get(root.rank)) if diagnosis.left_early else None
+    line = f"rank {root.rank} {left or root.how_it_ended()} ({what})"
     if diagnosis.error is not None:
         line += f": {diagnosis.error.line}"
         if diagnosis.error.location:

@@ -18,6 +18,8 @@ from typing import Any
 from safelaunch.diagnose.frames import user_frame
 from safelaunch.supervisor.hang import read_beat
 
+DESTROYED = "destroy_process_group"  # the record's `how` while the rank still ran
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Leave:
@@ -45,6 +47,15 @@ def _leave(rank: int, record: Mapping[str, Any]) -> Leave:
         seq=seq if isinstance(seq, int) else None,
         left_at=_count(record.get("left_at")),
     )
+
+
+def left_collectives(leave: Leave | None) -> str | None:
+    """`left the collectives after #3 (destroy_process_group)` for a rank that destroyed its
+    default group (the count when it is known); None when it never did."""
+    if leave is None or (leave.left_at is None and leave.how != DESTROYED):
+        return None
+    after = f" after #{leave.left_at}" if leave.left_at is not None else ""
+    return f"left the collectives{after} (destroy_process_group)"
 
 
 def _count(value: object) -> int | None:

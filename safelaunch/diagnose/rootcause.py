@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from safelaunch.diagnose.errortext import ErrorText, error_text, last_lines
-from safelaunch.diagnose.leaving import Leave
+from safelaunch.diagnose.leaving import Leave, left_collectives
 from safelaunch.diagnose.match import Match, cause, in_worker, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
@@ -104,7 +104,7 @@ def _left_early(
         if not r.failed
         and (r.code == 0 or r.leave is not None)
         and (
-            (r.leave is not None and r.leave.left_at is not None)
+            left_collectives(r.leave) is not None
             or first.ended is None
             or r.ended is None
             or r.ended <= first.ended
@@ -152,10 +152,10 @@ def _called_exit(rank: RankEvidence) -> bool:
 
 def _leaving_error(leave: Leave) -> ErrorText | None:
     """Where a rank that left early left: destroy_process_group, or the sys.exit it called."""
-    if leave.left_at is not None:
+    if left_collectives(leave) is not None:
+        after = f" after collective #{leave.left_at}" if leave.left_at is not None else ""
         return ErrorText(
-            line=f"destroy_process_group() after collective #{leave.left_at} while the other "
-            "ranks still communicated",
+            line=f"destroy_process_group(){after} while the other ranks still communicated",
             location=leave.location,
             source="exit record",
         )
