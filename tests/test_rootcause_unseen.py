@@ -10,6 +10,7 @@ explain` saying the same as the live summary.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from safelaunch.diagnose import hang_class
 from safelaunch.diagnose.hang import HangAnalysis, Whereabouts, uneven_reason
 from safelaunch.diagnose.leaving import Leave, leave_from_record, leave_record, read_leaves
 from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
+from safelaunch.rank import beat, names
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 CLOSED = (FIXTURES / "peer-connection-closed.log").read_text()
@@ -328,3 +330,20 @@ def test_a_rank_that_exits_with_its_own_code_after_an_error_is_its_own_failure(
     ranks, klass, _, text = _explained(run_dir)
     assert (ranks, klass) == ((1,), "unknown")
     assert _cause_block(text) == _cause_block(stderr)
+
+
+def test_the_rank_records_the_destroy_at_once_and_keeps_it_at_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(names.HEARTBEAT_DIR, str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(beat, "_left", None)
+    beat.left_collectives(sys._getframe())  # what the destroy_process_group wrapper calls
+    here = f"{__file__}:"
+    leave = read_leaves(tmp_path)[1]
+    assert leave.how == "destroy_process_group" and (leave.location or "").startswith(here)
+    beat.write_exit("returned", 0, [])  # the script ends later: the place it left is kept
+    leave = read_leaves(tmp_path)[1]
+    assert leave.how == "returned" and (leave.location or "").startswith(here)
+    beat.rejoined()  # init_process_group again: it takes part again
+    assert read_leaves(tmp_path) == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,8 +177,10 @@ def _parse(path: str, cache: dict[str, ast.Module | None]) -> ast.Module | None:
     if path not in cache:
         text = read_tail(Path(path), SOURCE_LIMIT + 1)
         try:
-            cache[path] = ast.parse(text) if 0 < len(text) <= SOURCE_LIMIT else None
-        except (SyntaxError, ValueError):
+            with warnings.catch_warnings():  # the user's invalid escapes are not ours to print
+                warnings.simplefilter("ignore")
+                cache[path] = ast.parse(text) if 0 < len(text) <= SOURCE_LIMIT else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             cache[path] = None
     return cache[path]
 
@@ -248,7 +251,7 @@ def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> s
     """
     odd = [g for g in groups if set(g.ranks) <= set(culprits)]
     rest = [g for g in groups if not set(g.ranks) & set(culprits)]
-    if not odd or not rest or not all(g.waiting and g.frames for g in groups):
+    if not odd or not rest or not all(g.waiting and g.frames and not g.frozen for g in groups):
         return None
     if len({seq for g in groups for seq in g.seqs}) > 1:
         return None  # counts differ: "it is behind" says it

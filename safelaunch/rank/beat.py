@@ -169,9 +169,12 @@ def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> No
     if _left is not None:
         record["left_at"], record["frames"] = _left[0], _left[1][:FRAMES_KEPT]
         record["seq"] = seq if seq is not None else _left[0]
-    path = os.path.join(directory, f"rank{os.environ.get('RANK', '0')}.exit.json")
     with contextlib.suppress(Exception):  # without it the diagnosis uses the exit status
-        write_atomically(path, record)
+        write_atomically(_exit_path(directory), record)
+
+
+def _exit_path(directory: str) -> str:
+    return os.path.join(directory, f"rank{os.environ.get('RANK', '0')}.exit.json")
 
 
 def left_collectives(frame: FrameType | None) -> None:
@@ -181,6 +184,17 @@ def left_collectives(frame: FrameType | None) -> None:
     global _left
     _left = (collective_sequence(), _frames(frame))
     write_exit("destroy_process_group", None, [])
+
+
+def rejoined() -> None:
+    """A new default group after a destroy: the rank takes part again; the record is void."""
+    global _left
+    directory = os.environ.get(names.HEARTBEAT_DIR)
+    if _left is None or not directory:
+        return
+    _left = None
+    with contextlib.suppress(OSError):
+        os.unlink(_exit_path(directory))
 
 
 def _thread_cpu_clock(ident: int) -> int | None:

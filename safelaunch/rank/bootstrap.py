@@ -113,9 +113,10 @@ def run_module(module: str, args: list[str]) -> None:
 def record_exit(how: str, code: object, tb: TracebackType | None) -> None:
     """Write `rank<N>.exit.json` beside the heartbeat record: how, where and when it left.
 
-    A rank that leaves while its peers still communicate is the root cause whatever its
-    code (0 included); the survivors only show "Connection closed by peer". Its exit
-    status alone cannot say where it left; the SystemExit's traceback can.
+    A rank that leaves while its peers still communicate is the root cause (with a code
+    of 0: it left early; with a code of its own: it failed); the survivors only show
+    "Connection closed by peer". Its exit status alone cannot say where it left; the
+    SystemExit's traceback can.
     """
     frames: list[tuple[str, int, str]] = []
     while tb is not None:

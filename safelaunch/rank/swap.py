@@ -22,7 +22,12 @@ import os
 import sys
 
 from safelaunch.rank import flight, names
-from safelaunch.rank.beat import count_optimizer_steps, left_collectives, write_atomically
+from safelaunch.rank.beat import (
+    count_optimizer_steps,
+    left_collectives,
+    rejoined,
+    write_atomically,
+)
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -223,6 +228,7 @@ def patch(module: ModuleType) -> None:
             record["swapped"] = record["used"] != record["requested"]
         _write_record(comm_file, record)  # before the call: init itself may be what fails
         result = real_init(*bound.args, **bound.kwargs)
+        rejoined()  # after a destroy_process_group: it takes part again
         with contextlib.suppress(Exception):
             record["used"] = str(module.get_backend_config())
         _write_record(comm_file, record)
