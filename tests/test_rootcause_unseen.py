@@ -299,7 +299,10 @@ def test_a_rank_that_ran_out_of_batches_and_waits_after_its_loop_is_uneven_data(
     hang, diagnosis = report["hang"], report["diagnosis"]
     assert isinstance(hang, dict) and isinstance(diagnosis, dict)
     assert hang["culprits"] == [1]
-    assert (diagnosis["class"], diagnosis["signature"]) == ("data/sampling", "uneven-iterations")
+    assert (diagnosis["class"], diagnosis["signature"]) == (
+        "data/sampling",
+        "uneven-iterations",
+    ), (hang, stderr[-3000:])
     assert any("drop_last" in step for step in diagnosis["next_steps"])
     assert (
         "likely culprit: rank 1: it left the loop the others still run (fewer iterations: "

@@ -251,7 +251,9 @@ def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> s
     """
     odd = [g for g in groups if set(g.ranks) <= set(culprits)]
     rest = [g for g in groups if not set(g.ranks) & set(culprits)]
-    if not odd or not rest or not all(g.waiting and g.frames and not g.frozen for g in groups):
+    # (a rank flagged frozen still waits where its stack says: a stale heartbeat on a busy
+    # machine, or a stopped process, does not change which loop it left)
+    if not odd or not rest or not all(g.waiting and g.frames for g in groups):
         return None
     if len({seq for g in groups for seq in g.seqs}) > 1:
         return None  # counts differ: "it is behind" says it
