@@ -141,9 +141,12 @@ def _exit_message(rank: RankEvidence) -> ErrorText | None:
     line = next((line for line in reversed(lines) if _MESSAGE.search(line)), None)
     if line is None and lines:
         line = lines[-1]
-    if line is None and rank.leave is not None and rank.leave.how == "sys.exit":
+    if line is not None:
+        return ErrorText(line=line, location=where, source="log")
+    if rank.leave is not None and rank.leave.how == "sys.exit":  # it printed nothing
         line = f"SystemExit: sys.exit({rank.leave.code!r})"
-    return ErrorText(line=line, location=where, source="log") if line else None
+        return ErrorText(line=line, location=where, source="exit record")
+    return None
 
 
 def _called_exit(rank: RankEvidence) -> bool:
