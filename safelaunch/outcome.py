@@ -19,6 +19,12 @@ from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.vocab import word_of
 
+# A rank's end time, in seconds from the attempt's start, to the millisecond: what
+# report.json keeps and `explain` judges from. The live verdict uses the same figure, so
+# that two ranks ending within a millisecond come first in the same order both ways (the
+# lower rank, on a tie); a finer clock would let the live run and explain disagree.
+ENDED_DECIMALS = 3
+
 # The closed vocabularies of report.json ("status", ranks' "state"): Literals, so the
 # values written stay the plain strings they always were and mypy checks every comparison.
 AttemptStatus = Literal["succeeded", "failed", "hung", "interrupted", "passed", "timeboxed"]
@@ -147,7 +153,7 @@ def judge(
         state=state,
         exit_code=code if code >= 0 else None,
         signal=-code if code < 0 else None,
-        ended_after=exit_.ended_after,
+        ended_after=round(exit_.ended_after, ENDED_DECIMALS),
         log_path=exit_.log_path,
         error_file=exit_.error_file,
         start_error=exit_.start_error,

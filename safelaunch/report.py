@@ -14,7 +14,15 @@ from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
 from safelaunch.diagnose.leaving import describe_leave, leave_record, left_collectives
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.exitcodes import signal_name
-from safelaunch.outcome import FAILED, HUNG, STOPPED, SUCCEEDED, Outcome, RankResult
+from safelaunch.outcome import (
+    ENDED_DECIMALS,
+    FAILED,
+    HUNG,
+    STOPPED,
+    SUCCEEDED,
+    Outcome,
+    RankResult,
+)
 from safelaunch.runfiles import shown_path, write_file
 from safelaunch.vocab import UNKNOWN
 
@@ -231,7 +239,7 @@ def _rank_record(result: RankResult) -> dict[str, Any]:
         "state": result.state,
         "exit_code": result.exit_code,
         "signal": signal_name(result.signal) if result.signal is not None else None,
-        "ended_after_s": round(result.ended_after, 3),
+        "ended_after_s": round(result.ended_after, ENDED_DECIMALS),
         "log": str(result.log_path),
     }
 

@@ -149,3 +149,15 @@ def test_statuses_and_classes_are_closed_vocabularies_written_as_before() -> Non
     written = json.loads(json.dumps(report_record(outcome, diagnose(outcome), "r", 0)))
     assert written["status"] == "interrupted" and written["attempts"][0]["status"] == "interrupted"
     assert [r["state"] for r in written["ranks"]] == ["stopped", "succeeded"]
+
+
+def test_ranks_ending_within_a_millisecond_tie_as_in_report_json() -> None:
+    """The live verdict judges end times at report.json's precision, which `explain` reads:
+    rank 1 ending 0.2 ms before rank 0 is a tie there, and a tie goes to the lower rank,
+    both ways (zoo env_import_missing: both ranks fail alike at once)."""
+    record = _record([_exit(0, 1, 1.2344), _exit(1, 1, 1.2342)], teardown=None)
+    outcome = outcome_of(record)
+    assert [r.ended_after for r in outcome.ranks] == [1.234, 1.234]
+    assert outcome.first_failure is not None and outcome.first_failure.rank == 0
+    report = report_record(outcome, diagnose(outcome, SIGNATURES), "r", 0, None)
+    assert [r["ended_after_s"] for r in report["ranks"]] == [1.234, 1.234]
