@@ -109,3 +109,34 @@ def test_the_heartbeat_threads_own_cpu_is_not_the_ranks_work() -> None:
     assert 0 not in watch.last_work
     watch.update({0: _usage(own=2.0)}, {0: spent}, now=102.0)
     assert watch.last_work[0] == 102.0
+
+
+def test_ranks_frozen_at_one_line_are_one_group_with_no_culprit() -> None:
+    """Two ranks stuck at the same line (native code holding the GIL), silent 3.5 and 3.8 s
+    and in different process states: one group, no odd one out, however the seconds and
+    letters differ (an audit saw rank 1 named culprit for 0.3 s more of silence)."""
+    from safelaunch.diagnose.hang import _culprits, _group
+    from safelaunch.supervisor.hang import HangEvidence
+
+    here = (("/job/train.py", 5, "<module>"),)
+    beats = [
+        Beat(rank=r, time=t, since=90.0, frames=here, step=None, seq=None)
+        for r, t in ((0, 96.5), (1, 96.2))
+    ]
+    evidence = HangEvidence(
+        detected_at=100.0,
+        timeout=4.0,
+        interval=0.5,
+        ranks=tuple(RankProgress(rank=b.rank, last_progress=90.0, beat=b) for b in beats),
+        states={0: "S", 1: "R"},
+        stack_files={},
+    )
+    groups = _group(evidence)
+    assert len(groups) == 1 and groups[0].ranks == (0, 1)
+    assert groups[0].frozen == (
+        "no heartbeat for 3.5-3.8 s (process state R/S): frozen, or native code holding the GIL"
+    )
+    assert _culprits(groups, []) == (
+        (),
+        "every rank is at the same place: look for a cause outside the job",
+    )

@@ -101,17 +101,30 @@ def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bo
     if beat is None:
         return "no heartbeat at all (stuck before python started its first record)"
     if is_stale(beat, evidence.detected_at, evidence.interval):
-        silent = evidence.detected_at - beat.time
-        return (
-            f"no heartbeat for {silent:.1f} s (process state {state}): frozen, or native "
-            "code holding the GIL"
-        )
+        return _STALE  # how long, and in which process state: per group (_stale_text)
     return None
+
+
+# A rank whose heartbeat went stale, as ranks are grouped: without its seconds of silence
+# and its process state letter, which differ between ranks frozen at the same place (two
+# ranks at one line, silent 3.5 s and 3.8 s, are one group, not an "odd one out").
+_STALE = "no heartbeat"
+
+
+def _stale_text(silences: list[float], states: set[str]) -> str:
+    low, high = min(silences), max(silences)
+    span = f"{high:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
+    return (
+        f"no heartbeat for {span} s (process state {'/'.join(sorted(states))}): frozen, or "
+        "native code holding the GIL"
+    )
 
 
 def _group(evidence: HangEvidence) -> list[Whereabouts]:
     keyed: dict[tuple[str, str | None, bool, str | None], list[tuple[int, int | None]]] = {}
     stacks: dict[tuple[str, str | None, bool, str | None], Frames] = {}
+    silences: dict[tuple[str, str | None, bool, str | None], list[float]] = {}
+    states: dict[tuple[str, str | None, bool, str | None], set[str]] = {}
     for progress in evidence.ranks:
         beat = progress.beat
         dumped = _read_dump(evidence.stack_files.get(progress.rank))
@@ -127,18 +140,23 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
         key = (activity, location, waiting, frozen)
         keyed.setdefault(key, []).append((progress.rank, beat.seq if beat else None))
         stacks.setdefault(key, tuple(f for f in frames if not any(p in f[0] for p in _NOT_USERS)))
-    groups = [
-        Whereabouts(
-            ranks=tuple(sorted(rank for rank, _ in members)),
-            activity=activity,
-            location=location,
-            waiting=waiting,
-            seqs=tuple(sorted({seq for _, seq in members if seq is not None})),
-            frozen=frozen,
-            frames=stacks[(activity, location, waiting, frozen)],
+        if frozen == _STALE and beat is not None:
+            silences.setdefault(key, []).append(evidence.detected_at - beat.time)
+            states.setdefault(key, set()).add(state)
+    groups = []
+    for key, members in keyed.items():
+        activity, location, waiting, frozen = key
+        groups.append(
+            Whereabouts(
+                ranks=tuple(sorted(rank for rank, _ in members)),
+                activity=activity,
+                location=location,
+                waiting=waiting,
+                seqs=tuple(sorted({seq for _, seq in members if seq is not None})),
+                frozen=_stale_text(silences[key], states[key]) if key in silences else frozen,
+                frames=stacks[key],
+            )
         )
-        for (activity, location, waiting, frozen), members in keyed.items()
-    ]
     return sorted(groups, key=lambda g: (-len(g.ranks), g.ranks))
 
 
