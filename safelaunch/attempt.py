@@ -7,6 +7,7 @@ it: its verdict is said instead of a summary, and its report stands alone (no re
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 from collections.abc import Sequence
@@ -37,9 +38,19 @@ JUDGING = ("safelaunch.outcome", "safelaunch.diagnose", "safelaunch.report", "sa
 
 
 def load_judging() -> None:
-    """Import JUDGING (a no-op once done): run_attempt's functions below come from there."""
-    for name in JUDGING:
-        importlib.import_module(name)
+    """Import JUDGING (a no-op once done): run_attempt's functions below come from there.
+
+    The collector is paused meanwhile, as entry.py pauses it for the launcher's own
+    imports: creating classes sets off collections that find nothing to free.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for name in JUDGING:
+            importlib.import_module(name)
+    finally:
+        if paused:
+            gc.enable()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

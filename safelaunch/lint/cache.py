@@ -8,10 +8,10 @@ file and renamed, so a reader never sees half of one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
 import tempfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -47,13 +47,25 @@ def _read(path: Path) -> str | None:
         return entry.read()
 
 
+def content_key(source: bytes) -> str:
+    """The cache's name for a script's content (and the rules' version).
+
+    Two checksums and the length, not sha256: importing hashlib loads OpenSSL, ~3 ms of
+    every launch before its ranks start (bench/vs_torchrun.py), and zlib is loaded anyway.
+    The cache is a private directory (_own_dir), so nobody plants a colliding entry; an
+    accidental collision of both checksums at the same length is a 2**-64 chance.
+    """
+    data = RULES_VERSION.encode() + b"\0" + source
+    return f"{len(data):x}-{zlib.crc32(data):08x}-{zlib.adler32(data):08x}"
+
+
 def lint_cached(script: Path, environ: Mapping[str, str]) -> LintResult:
     """The script's findings: from the cache when its content was linted before."""
     try:
         source = script.read_bytes()
     except OSError as exc:
         return LintResult(problem=f"not read: {exc.strerror}")
-    key = hashlib.sha256(RULES_VERSION.encode() + b"\0" + source).hexdigest()
+    key = content_key(source)
     where = cache_dir(environ)
     usable = _own_dir(where)
     if usable:

@@ -137,7 +137,9 @@ def nested_finding(environ: Mapping[str, str]) -> Finding | None:
 def address_finding(address: str) -> Finding:
     """MASTER_ADDR resolves?"""
     try:
-        socket.getaddrinfo(address, None)
+        # bytes for a plain ASCII name: a str is encoded with the idna codec, whose import
+        # (with stringprep and unicodedata) costs ~1.5 ms before any rank can start
+        socket.getaddrinfo(address.encode() if address.isascii() else address, None)
     except OSError as exc:
         return Finding(
             level=ERROR,
