@@ -75,6 +75,11 @@ ROOT_CASES = {
         _exited(2, "fatal: could not write the checkpoint: No space left on device\n"),
         (1, False, "resources", "fatal: could not write the checkpoint"),
     ),
+    # MAE / DeiT: `print("Loss is {}, stopping training"); sys.exit(1)`: no exception at all
+    "sys.exit(1) after a NaN loss line": (
+        _exited(1, "step 2 loss nan\nLoss is nan, stopping training\n"),
+        (1, False, "model/gradient", "Loss is nan, stopping training"),
+    ),
     "sys.exit('message')": (
         _rank(1, text="bad config: lr < 0\n", failed=True, code=1, leave=_leave("sys.exit", "x")),
         (1, False, "unknown", "bad config: lr < 0"),
