@@ -1,7 +1,7 @@
 """Closed vocabularies shared across layers: the failure classes, and reading a word back.
 
 The five failure classes of the debugging guide (and unknown): signatures
-(diagnose/signatures.py), lint rules and report.json's `diagnosis.class` all say one of
+(diagnose/signatures/), lint rules and report.json's `diagnosis.class` all say one of
 these. A Literal, so report.json keeps the plain strings it always had and mypy checks
 every comparison; a module with no imports of safelaunch's, so lint (which sits below
 diagnose) uses the same one.

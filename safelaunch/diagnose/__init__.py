@@ -2,7 +2,7 @@
 
 Reads logs only. The error text comes from the error file (torch elastic's
 `@record`) when there is one, else from the last traceback in the rank's log; the
-class, meaning and next steps from the knowledge base (signatures.py). A rank whose
+class, meaning and next steps from the knowledge base (signatures/). A rank whose
 log shows only the consequences of a peer's death is never the root cause.
 """
 

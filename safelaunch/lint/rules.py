@@ -3,7 +3,7 @@
 Every rule is tuned for few false positives on real training scripts (it fires on
 what is there, never on what a helper module might do), and has a positive and a
 negative fixture in tests/test_lint.py. `klass` and `signatures` use the failure
-classes and signature ids of diagnose/signatures.py (a test keeps them in step), so a
+classes and signature ids of diagnose/signatures/ (a test keeps them in step), so a
 failure can point back at the finding that predicted it.
 """
 

@@ -1,0 +1,18 @@
+"""The failure knowledge base: every known signature, as data, in this package.
+
+Texts are the exact ones measured with torch 2.13 (shared/reference/diagnosis-facts.md);
+GPU-only texts are known but were not reproduced here. Order matters: the first match
+wins, so specific signatures come before generic ones. The table is in two parts,
+setup.py then program.py, in matching order. Matching lives in match.py; what a
+Gloo rerun cannot run, in gloo_limits.py.
+"""
+
+from __future__ import annotations
+
+from safelaunch.diagnose.signatures.program import PROGRAM
+from safelaunch.diagnose.signatures.record import Signature
+from safelaunch.diagnose.signatures.setup import SETUP
+
+__all__ = ["SIGNATURES", "Signature"]
+
+SIGNATURES: tuple[Signature, ...] = (*SETUP, *PROGRAM)
