@@ -7,13 +7,13 @@ it: its verdict is said instead of a summary, and its report stands alone (no re
 
 from __future__ import annotations
 
-import gc
 import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from safelaunch.collector import paused
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, RunIdentity
@@ -43,14 +43,9 @@ def load_judging() -> None:
     The collector is paused meanwhile, as entry.py pauses it for the launcher's own
     imports: creating classes sets off collections that find nothing to free.
     """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():
         for name in JUDGING:
             importlib.import_module(name)
-    finally:
-        if paused:
-            gc.enable()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
