@@ -67,4 +67,7 @@ class Phases:
             seen[where] = seen.get(where, 0) + 1
 
     def snapshot(self) -> dict[str, object]:
-        return {"counts": dict(self.counts), "places": {k: dict(v) for k, v in self.places.items()}}
+        # Read from the main thread (a flight dump) while the heartbeat thread adds: each
+        # copy is one C call, atomic under the GIL, where iterating a dict that grows raises.
+        places = list(self.places.items())
+        return {"counts": dict(self.counts), "places": {k: dict(v) for k, v in places}}
