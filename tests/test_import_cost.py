@@ -8,8 +8,10 @@ not needed there, in a fresh interpreter each.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 NEW_MODULES = (
     "import sys; before = set(sys.modules); {imports}; "
@@ -24,7 +26,19 @@ def imported_by(imports: str) -> set[str]:
     return set(out.stdout.split())
 
 
-RANK_MODULES = ("beat", "bootstrap", "flight", "jsontext", "names", "pathentry", "phases", "swap")
+def imported_without_site(imports: str) -> set[str]:
+    """The same in `python -S`, as a plain install starts: an editable install's site hook
+    loads re, functools, contextlib and more into every interpreter, hiding their cost."""
+    code = NEW_MODULES.format(imports=imports)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    argv = [sys.executable, "-S", "-c", code]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    return set(out.stdout.split())
+
+
+RANK_MODULES = (
+    *("beat", "bootstrap", "flight", "jsontext", "lean", "names", "pathentry", "phases", "swap"),
+)
 
 
 def test_the_rank_bootstrap_imports_nothing_of_the_launcher_nor_typing_json_re() -> None:
@@ -38,6 +52,16 @@ def test_the_rank_bootstrap_imports_nothing_of_the_launcher_nor_typing_json_re()
     # json with re: ~3.5 ms in a plain install (rank/jsontext.py writes the records). An
     # editable install's site hook already loads re, so that line proves more elsewhere.
     assert not {"typing", "json", "re"} & loaded
+
+
+def test_the_rank_bootstrap_leaves_the_stdlib_s_heavier_helpers_to_the_script() -> None:
+    """signal (enum, functools, collections), threading, contextlib, types and
+    importlib.machinery were 5-7 ms of an empty rank's ~24 ms of CPU; rank/lean.py takes
+    what the rank needs of them from their C cores (_signal, _thread)."""
+    loaded = imported_without_site("from safelaunch.rank.bootstrap import main")
+    assert "safelaunch.rank.bootstrap" in loaded
+    heavy = {"signal", "enum", "threading", "contextlib", "functools", "collections", "types"}
+    assert not (heavy | {"importlib.machinery", "typing", "json", "re"}) & loaded
 
 
 def test_the_cli_loads_no_launch_machinery_before_it_parses() -> None:

@@ -15,16 +15,18 @@ NCCL, whose waits spin in a CUDA synchronisation and burn CPU while hung.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import sys
-import threading
 import time
-from types import FrameType, ModuleType
 
 from safelaunch.rank import names
 from safelaunch.rank.jsontext import dumps
+from safelaunch.rank.lean import Flag, Lock, get_ident, start_thread, suppress
 from safelaunch.rank.phases import Phases
+
+TYPE_CHECKING = False  # `types` and `typing` cost every rank at start; only mypy needs them
+if TYPE_CHECKING:
+    from types import FrameType, ModuleType
 
 FRAMES_KEPT = 12  # innermost frames stored in the record
 FRAMES_COMPARED = 64  # frames that count for "has the stack changed"
@@ -41,11 +43,10 @@ _active: Beater | None = None
 _left: tuple[int | None, list[tuple[str, int, str]]] | None = None
 
 
-class Beater(threading.Thread):
-    """Writes `<dir>/rank<N>.json` every `interval` seconds."""
+class Beater:
+    """Writes `<dir>/rank<N>.json` every `interval` seconds, from its own thread."""
 
     def __init__(self, path: str, interval: float, main_ident: int) -> None:
-        super().__init__(name="safelaunch-heartbeat", daemon=True)
         self.step: int | None = None
         self.phases = Phases()
         self._path = path
@@ -55,16 +56,19 @@ class Beater(threading.Thread):
         self._since = time.time()
         self._cpu_clock = _thread_cpu_clock(main_ident)
         self._last_cpu: tuple[float, float] | None = None  # (wall, main-thread CPU seconds)
-        self._stopped = threading.Event()
-        self._writing = threading.Lock()
+        self._stopped = Flag()
+        self._writing = Lock()
         self._last_seq: int | None = None
         self._last_frames: list[tuple[str, int, str]] | None = None
         self.cost = 0.0  # CPU seconds this thread has used
 
+    def start(self) -> None:
+        start_thread(self.run)  # a daemon: the interpreter does not wait for it at exit
+
     def run(self) -> None:
         next_beat = time.monotonic() + self._interval
         while not self._stopped.wait(_jittered(SAMPLE_PERIOD)):
-            with contextlib.suppress(Exception):  # never let the heartbeat take the rank down
+            with suppress(Exception):  # never let the heartbeat take the rank down
                 self.sample()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self._interval
@@ -87,7 +91,7 @@ class Beater(threading.Thread):
         exact, not up to an interval old; an isolation rerun is time-boxed against it.
         """
         self._stopped.set()
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             self.beat(final=True)
 
     def beat(self, final: bool = False) -> None:
@@ -171,7 +175,7 @@ def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> No
     if _left is not None:
         record["left_at"], record["frames"] = _left[0], _left[1][:FRAMES_KEPT]
         record["seq"] = seq if seq is not None else _left[0]
-    with contextlib.suppress(Exception):  # without it the diagnosis uses the exit status
+    with suppress(Exception):  # without it the diagnosis uses the exit status
         write_atomically(_exit_path(directory), record)
 
 
@@ -195,7 +199,7 @@ def rejoined() -> None:
     if _left is None or not directory:
         return
     _left = None
-    with contextlib.suppress(OSError):
+    with suppress(OSError):
         os.unlink(_exit_path(directory))
 
 
@@ -280,7 +284,7 @@ def optimizer_steps() -> int | None:
 def start(rank: str, directory: str, interval: float) -> Beater:
     """Start the sender for this process's main thread."""
     global _active
-    beater = Beater(os.path.join(directory, f"rank{rank}.json"), interval, threading.get_ident())
+    beater = Beater(os.path.join(directory, f"rank{rank}.json"), interval, get_ident())
     beater.beat()  # a record exists before the user's code starts
     beater.start()
     # A daemon thread calling into torch.distributed during interpreter shutdown could

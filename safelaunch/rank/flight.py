@@ -18,16 +18,13 @@ Two things the Gloo record lacks are added from the rank's own view:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import faulthandler
-import functools
 import os
-import signal
 import sys
-import threading
 import time
 
 from safelaunch.rank import beat, names
+from safelaunch.rank.lean import Lock, signals, start_thread, suppress, wraps
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -38,8 +35,8 @@ if TYPE_CHECKING:
 P2P_KEPT = 16  # async p2p works remembered until they complete (they hold their tensors)
 
 _directory: str | None = None
-_lock = threading.Lock()  # one dump at a time (the signal and an exiting main thread)
-_lock_p2p = threading.Lock()
+_lock = Lock()  # one dump at a time (the signal and an exiting main thread)
+_lock_p2p = Lock()
 _p2p_blocking: dict[int, dict[str, Any]] = {}  # id -> call, while a blocking send/recv runs
 _p2p_async: list[tuple[dict[str, Any], Any]] = []  # (call, work) not yet seen completed
 _p2p_count = 0
@@ -62,14 +59,12 @@ def arm() -> None:
     try:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
-        signal.signal(int(signum), _ignore)
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        signals.signal(int(signum), _ignore)
+        signals.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     except (OSError, ValueError):
         return  # without it the stacks still come; only the record is missing
     _directory = directory
-    threading.Thread(
-        target=_wait_for_signal, args=(read_end, int(signum)), name="safelaunch-flight", daemon=True
-    ).start()
+    start_thread(_wait_for_signal, read_end, int(signum))
 
 
 def _stop_answering(signum: int) -> None:
@@ -81,9 +76,9 @@ def _stop_answering(signum: int) -> None:
     arriving then killed a rank that was exiting on its own (signal 38 for the whole
     teardown, a crash past its end: SIGABRT, SIGSEGV; measured with torch 2.13).
     """
-    with contextlib.suppress(Exception):
+    with suppress(Exception):
         faulthandler.unregister(signum)
-        signal.signal(signum, signal.SIG_IGN)
+        signals.signal(signum, signals.SIG_IGN)
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -106,7 +101,7 @@ def dump(reason: str) -> None:
     """Write this rank's flight record to the flight directory; never raises."""
     if _directory is None:
         return
-    with contextlib.suppress(Exception), _lock:
+    with suppress(Exception), _lock:
         found = _record(reason)
         if found is not None:
             rank, data = found
@@ -160,7 +155,7 @@ def _p2p_pending() -> list[dict[str, Any]]:
     with _lock_p2p:
         pending = list(_p2p_blocking.values())
         for call, work in _p2p_async:
-            with contextlib.suppress(Exception):
+            with suppress(Exception):
                 if not work.is_completed():
                     pending.append(call)
     return pending
@@ -176,7 +171,7 @@ def _call(module: ModuleType, op: str, tensor: Any, peer: Any, group: Any) -> di
     _p2p_count += 1
     shape, dtype = _describe(tensor)
     name = None
-    with contextlib.suppress(Exception):
+    with suppress(Exception):
         name = module._world.pg_names.get(group or module.GroupMember.WORLD)
     return {
         "op": op,
@@ -204,10 +199,10 @@ def _peer_and_group(
 def _blocking(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]:
     real = getattr(module, op)
 
-    @functools.wraps(real)
+    @wraps(real)
     def call(*args: Any, **kwargs: Any) -> Any:
         key = None
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             peer, group = _peer_and_group(module, args, kwargs, peer_name)
             entry = _call(module, op, args[0] if args else kwargs.get("tensor"), peer, group)
             key = entry["n"]
@@ -241,10 +236,10 @@ def _completed(work: Any) -> bool:
 def _asynchronous(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]:
     real = getattr(module, op)
 
-    @functools.wraps(real)
+    @wraps(real)
     def call(*args: Any, **kwargs: Any) -> Any:
         work = real(*args, **kwargs)
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             peer, group = _peer_and_group(module, args, kwargs, peer_name)
             tensor = args[0] if args else kwargs.get("tensor")
             if work is not None:
@@ -257,10 +252,10 @@ def _asynchronous(module: ModuleType, op: str, peer_name: str) -> Callable[..., 
 def _batch(module: ModuleType) -> Callable[..., Any]:
     real = module.batch_isend_irecv
 
-    @functools.wraps(real)
+    @wraps(real)
     def batch_isend_irecv(p2p_op_list: Any) -> Any:
         works = real(p2p_op_list)
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             entries = [
                 _call(module, p.op.__name__.lstrip("i"), p.tensor, p.peer, p.group)
                 for p in p2p_op_list
@@ -277,7 +272,7 @@ def _batch(module: ModuleType) -> Callable[..., Any]:
 def _destroy(module: ModuleType) -> Callable[..., Any]:
     real = module.destroy_process_group
 
-    @functools.wraps(real)
+    @wraps(real)
     def destroy_process_group(group: Any = None) -> Any:
         if group is None:  # the end of the job's collectives: its group table still exists
             dump("exit")

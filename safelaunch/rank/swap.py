@@ -16,8 +16,6 @@ torch.distributed import init_process_group`, `new_group` and torch's own caller
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import sys
 
@@ -28,6 +26,7 @@ from safelaunch.rank.beat import (
     rejoined,
     write_atomically,
 )
+from safelaunch.rank.lean import suppress, wraps
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -134,7 +133,7 @@ def _record_collective(
     group_at = parameters.index("group") if "group" in parameters else None
     op_at = parameters.index("op") if "op" in parameters else None
 
-    @functools.wraps(real)
+    @wraps(real)
     def collective(*args: Any, **kwargs: Any) -> Any:
         try:
             group = argument(args, kwargs, group_at)
@@ -170,7 +169,7 @@ def _stretch(timeout: Any, factor: float) -> Any:
 def _write_record(path: str | None, record: dict[str, Any]) -> None:
     if not path:
         return
-    with contextlib.suppress(OSError):  # the record is a diagnostic: the job runs on
+    with suppress(OSError):  # the record is a diagnostic: the job runs on
         write_atomically(path, record)
 
 
@@ -191,7 +190,7 @@ def patch_ddp(module: ModuleType) -> None:
     real_init = cls.__init__
     comm_file = os.environ.get(names.COMM_FILE)
 
-    @functools.wraps(real_init)
+    @wraps(real_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if not _record["ddp"]:
             _record["ddp"] = True
@@ -214,7 +213,7 @@ def patch(module: ModuleType) -> None:
 
     real_init = module.init_process_group
 
-    @functools.wraps(real_init)
+    @wraps(real_init)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         bound = _bind(real_init, args, kwargs)
         backend = bound.arguments.get("backend")
@@ -229,14 +228,14 @@ def patch(module: ModuleType) -> None:
         _write_record(comm_file, record)  # before the call: init itself may be what fails
         result = real_init(*bound.args, **bound.kwargs)
         rejoined()  # after a destroy_process_group: it takes part again
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             record["used"] = str(module.get_backend_config())
         _write_record(comm_file, record)
         return result
 
     real_new_group = module.new_group
 
-    @functools.wraps(real_new_group)
+    @wraps(real_new_group)
     def new_group(*args: Any, **kwargs: Any) -> Any:
         if force:
             bound = _bind(real_new_group, args, kwargs)
@@ -269,9 +268,9 @@ def _leaving(module: ModuleType, real: Callable[..., Any]) -> Callable[..., Any]
     """destroy_process_group, noting first when it ends the default group's collectives:
     a rank that does so while its peers still communicate left early (diagnose/leaving.py)."""
 
-    @functools.wraps(real)
+    @wraps(real)
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-        with contextlib.suppress(Exception):  # a diagnostic: the destroy runs regardless
+        with suppress(Exception):  # a diagnostic: the destroy runs regardless
             group = args[0] if args else kwargs.get("group")
             if group is None or group is module.GroupMember.WORLD:
                 left_collectives(sys._getframe(1))
