@@ -111,9 +111,11 @@ def bootstrap_cost(work: Path, repeat: int) -> dict[str, tuple[float, float]]:
     signal), and of a bare `python noop.py`: as this checkout runs them, and without
     `site` (python -S, the package found through PYTHONPATH).
 
-    The second is what a plain install costs: an editable install's site hook imports
-    re, enum, functools and pathlib into every interpreter, which makes the bare one
-    dearer (~23 ms instead of ~10 ms here) and the bootstrap's own imports look cheaper.
+    The second is what a plain install costs. The two agree since this project's editable
+    install became a static path (pyproject.toml's package-dir); setuptools' import hook,
+    its default, imported re, enum, functools and pathlib into every interpreter, which
+    made the bare one dearer (~23 ms instead of ~10 ms here) and the bootstrap's own
+    imports look cheaper.
     """
     from safelaunch.plan import DUMP_SIGNAL
     from safelaunch.rank import names

@@ -7,12 +7,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from safelaunch.cause import CauseView, cause_lines, consequence_lines
-from safelaunch.diagnose import Diagnosis, collectives, stragglers
-from safelaunch.diagnose.collectives import Forensics
-from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
-from safelaunch.diagnose.leaving import describe_leave, leave_record, left_collectives
-from safelaunch.diagnose.signatures import Signature
+from safelaunch.diagnose import Diagnosis, stragglers
 from safelaunch.exitcodes import signal_name
 from safelaunch.outcome import (
     ENDED_DECIMALS,
@@ -28,6 +23,12 @@ from safelaunch.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # only for multi-node jobs
     from safelaunch.diagnose.nodes import JobVerdict
+# What only a failure's summary and record use (the root-cause block, flight records, how
+# ranks left) is imported there: a job that succeeds never loads it (diagnose/__init__.py).
+if TYPE_CHECKING:
+    from safelaunch.diagnose.collectives import Forensics
+    from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
+    from safelaunch.diagnose.signatures import Signature
     from safelaunch.rendezvous import Placement
 
 
@@ -84,6 +85,8 @@ def flight_lines(forensics: Forensics | None) -> list[str]:
     """The flight records' findings, indented under the verdict."""
     if forensics is None:
         return []
+    from safelaunch.diagnose import collectives
+
     found = [f"  collectives: {line}" for line in collectives.lines(forensics)]
     return [*found, f"  flight records: {shown_path(forensics.directory)}/"]
 
@@ -146,6 +149,9 @@ def _code_line(outcome: Outcome, root: RankResult, code: int, logs: str) -> str:
 def _failure_lines(
     outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str, logs_kept: bool
 ) -> list[str]:
+    from safelaunch.cause import CauseView, cause_lines, consequence_lines
+    from safelaunch.diagnose.leaving import describe_leave, left_collectives
+
     leave = diagnosis.leaves.get(cause.rank)
     left = left_collectives(leave) if diagnosis.left_early else None
     how = left or f"{cause.how_it_ended()} after {cause.ended_after:.1f} s"
@@ -300,7 +306,7 @@ def report_record(
         "ranks": [_rank_record(r) for r in outcome.ranks],
         "first_failure": outcome.first_failure.rank if outcome.first_failure else None,
         "hang": _hang_record(diagnosis.hang),
-        "collectives": collectives.record(diagnosis.collectives),
+        "collectives": _collectives_record(diagnosis.collectives),
         "stragglers": stragglers.record(diagnosis.stragglers),
         "diagnosis": {
             "class": diagnosis.klass,
@@ -315,7 +321,7 @@ def report_record(
             "non_finite_losses": [{"rank": r, "line": line} for r, line in diagnosis.non_finite],
             "isolation_helps": signature.isolation_helps if signature else None,
             "left_early": diagnosis.left_early,
-            "leaves": {str(r): leave_record(leave) for r, leave in diagnosis.leaves.items()},
+            "leaves": _leave_records(diagnosis),
             "collectives": {str(r): seq for r, seq in diagnosis.seqs.items()},
             "last_lines": list(diagnosis.last_lines),
         },
@@ -325,6 +331,22 @@ def report_record(
         "job": None,  # multi-node: the verdict across nodes (launch fills it in)
         "log_problems": list(outcome.log_problems),
     }
+
+
+def _collectives_record(forensics: Forensics | None) -> dict[str, Any] | None:
+    if forensics is None:
+        return None
+    from safelaunch.diagnose import collectives
+
+    return collectives.record(forensics)
+
+
+def _leave_records(diagnosis: Diagnosis) -> dict[str, Any]:
+    if not diagnosis.leaves:
+        return {}
+    from safelaunch.diagnose.leaving import leave_record
+
+    return {str(r): leave_record(leave) for r, leave in diagnosis.leaves.items()}
 
 
 def write_report(path: Path, record: dict[str, Any]) -> bool:

@@ -117,3 +117,48 @@ def test_the_ranks_start_before_the_launcher_loads_what_judges_them() -> None:
         "safelaunch.outcome",
         "safelaunch.view",
     } <= judged
+
+
+FAILURE_ONLY = (
+    "safelaunch.cause",
+    "safelaunch.diagnose.collectives",
+    "safelaunch.diagnose.errortext",
+    "safelaunch.diagnose.hang",
+    "safelaunch.diagnose.leaving",
+    "safelaunch.diagnose.rootcause",
+)
+LAUNCH_AND_LIST = (
+    "import atexit, sys\n"
+    "listing = sys.argv[1]\n"
+    "def listed():\n"
+    "    with open(listing, 'w') as out:\n"
+    "        out.write(' '.join(sorted(sys.modules)))\n"
+    "atexit.register(listed)\n"
+    "sys.argv = ['safelaunch', '--nproc-per-node=2', '--log-dir', sys.argv[2], sys.argv[3]]\n"
+    "from safelaunch.entry import main\n"
+    "main()\n"
+)
+
+
+def _launched(tmp_path: Path, script: str) -> tuple[int, set[str]]:
+    """A real launch in one interpreter; the modules it had loaded when it exited."""
+    (tmp_path / "job.py").write_text(script)
+    listing = tmp_path / "modules.txt"
+    argv = [sys.executable, "-c", LAUNCH_AND_LIST, str(listing), str(tmp_path / "logs"), "job.py"]
+    run = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=90)
+    return run.returncode, set(listing.read_text().split())
+
+
+def test_a_job_that_succeeds_never_loads_the_failure_analysis(tmp_path: Path) -> None:
+    """The root-cause rule, error texts, hang and flight-record analysis, how ranks left and
+    the root-cause block were ~13 ms of the launcher's CPU in every launch: now imported
+    only where a failure or hang is judged (diagnose/__init__.py, report.py)."""
+    code, loaded = _launched(tmp_path, "")
+    assert code == 0
+    assert "safelaunch.diagnose" in loaded and "safelaunch.report" in loaded
+    assert not {m for m in loaded if m.startswith(FAILURE_ONLY)}
+    code, loaded = _launched(
+        tmp_path, "import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(3)\n"
+    )
+    assert code == 3
+    assert set(FAILURE_ONLY) - {"safelaunch.diagnose.hang"} <= loaded

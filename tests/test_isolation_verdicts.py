@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 from test_rerun_policy import _outcome, _rank  # rank 0 failed, its log nowhere
 
-from safelaunch.diagnose import Diagnosis, ErrorText
+from safelaunch.diagnose import Diagnosis
+from safelaunch.diagnose.errortext import ErrorText
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.isolation.evidence import CommUse, RankFiles
 from safelaunch.isolation.reruns import Experiment, Planned

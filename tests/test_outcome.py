@@ -8,7 +8,8 @@ from typing import get_args
 
 import pytest
 
-from safelaunch.diagnose import diagnose, parse_traceback
+from safelaunch.diagnose import diagnose
+from safelaunch.diagnose.errortext import parse_traceback
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import (
     FAILED,

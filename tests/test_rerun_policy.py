@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from safelaunch.diagnose import Diagnosis, ErrorText
+from safelaunch.diagnose import Diagnosis
+from safelaunch.diagnose.errortext import ErrorText
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.isolation.policy import (
     Backend,

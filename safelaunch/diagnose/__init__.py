@@ -11,36 +11,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safelaunch.diagnose import stragglers as arrival
-from safelaunch.diagnose.collectives import Forensics, for_attempt
-from safelaunch.diagnose.errortext import (
-    ErrorText,
-    from_error_file,
-    from_log,
-    last_lines,
-    parse_traceback,
-)
-from safelaunch.diagnose.hang import UNEVEN_ITERATIONS, HangAnalysis, analyse_hang
-from safelaunch.diagnose.leaving import Leave, left_collectives, read_leaves, read_seqs
 from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.reading import LOG_TAIL
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
-from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.diagnose.stragglers import Arrivals
 from safelaunch.outcome import FAILED, HUNG, SUCCEEDED, Outcome, RankResult
 from safelaunch.vocab import COMMUNICATION, UNKNOWN, FailureClass
 
+# What only a failed or hung attempt needs (the root-cause rule, error texts, hang and
+# flight-record analysis, how ranks left) is imported where it is used: a launch imports
+# this package while its ranks run, and those modules were ~13 ms of the launcher's CPU
+# that a job which succeeds never uses (bench/vs_torchrun.py; tests/test_import_cost.py).
+if TYPE_CHECKING:
+    from safelaunch.diagnose.collectives import Forensics
+    from safelaunch.diagnose.errortext import ErrorText
+    from safelaunch.diagnose.hang import HangAnalysis
+    from safelaunch.diagnose.leaving import Leave
+    from safelaunch.diagnose.rootcause import RankEvidence
+
 __all__ = [
     "LOG_TAIL",
     "Diagnosis",
-    "ErrorText",
     "describe_ending",
     "diagnose",
-    "from_error_file",
-    "from_log",
-    "parse_traceback",
     "read_tail",
 ]
 
@@ -72,6 +69,8 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
     rank does alike); unknown when a culprit is stuck in its own code: its stack, not the
     network, is the lead."""
     if hang.uneven:
+        from safelaunch.diagnose.hang import UNEVEN_ITERATIONS
+
         return UNEVEN_ITERATIONS.klass
     stuck_outside = any(
         not group.waiting for group in hang.groups if set(group.ranks) & set(hang.culprits)
@@ -81,6 +80,8 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
 
 def evidence_of(result: RankResult, text: str, leave: Leave | None) -> RankEvidence:
     """A judged rank as the root-cause rule sees it."""
+    from safelaunch.diagnose.rootcause import RankEvidence
+
     return RankEvidence(
         rank=result.rank,
         text=text,
@@ -105,12 +106,22 @@ def diagnose(
     non_finite = tuple(
         (rank, line) for rank, text in texts.items() if (line := non_finite_loss(text))
     )
+    stragglers = arrival.for_attempt(outcome.attempt_dir)
+    failed = [r for r in outcome.ranks if r.state == FAILED]
+    no_cause = outcome.first_failure is None or not failed
+    if outcome.hang is None and outcome.status not in (FAILED, HUNG) and no_cause:
+        # what the rest would find for a job that ended well, without importing it
+        return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
+    from safelaunch.diagnose.collectives import for_attempt
+    from safelaunch.diagnose.errortext import last_lines
+    from safelaunch.diagnose.hang import UNEVEN_ITERATIONS, analyse_hang
+    from safelaunch.diagnose.leaving import read_leaves, read_seqs
+    from safelaunch.diagnose.rootcause import find_root_cause
+
     hang = analyse_hang(outcome)
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = for_attempt(outcome, hang) if outcome.status in (FAILED, HUNG) else None
-    stragglers = arrival.for_attempt(outcome.attempt_dir)
-    failed = [r for r in outcome.ranks if r.state == FAILED]
-    if outcome.first_failure is None or not failed:
+    if no_cause:
         klass = hang_class(hang) if hang else None
         return Diagnosis(
             root_cause=None,
@@ -158,6 +169,8 @@ def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:
     if root is None:
         return outcome.status
     what = diagnosis.signature.id if diagnosis.signature else (diagnosis.klass or "unknown")
+    from safelaunch.diagnose.leaving import left_collectives
+
     left = left_collectives(diagnosis.leaves.get(root.rank)) if diagnosis.left_early else None
     line = f"rank {root.rank} {left or root.how_it_ended()} ({what})"
     if diagnosis.error is not None:
