@@ -85,15 +85,23 @@ def _hang_lines(report: dict[str, Any]) -> list[str]:
         where = f" ({group['location']})" if group.get("location") else ""
         ranks = ",".join(map(str, group.get("ranks", [])))
         lines.append(f"  ranks {ranks}: in {group.get('activity')}{where}")
+    diagnosis = report.get("diagnosis")
+    diagnosis = diagnosis if isinstance(diagnosis, dict) else {}
+    signature, summary = diagnosis.get("signature"), diagnosis.get("summary")
     if culprits:
         lines.append(f"root cause: rank {','.join(map(str, culprits))} (hang)")
-        lines.append(f"  class: {(report.get('diagnosis') or {}).get('class')}")
+        known = f" ({signature}): {summary}" if signature and summary else ""
+        lines.append(f"  class: {diagnosis.get('class')}{known}")
         place = next(
             (g.get("location") for g in groups if set(g.get("ranks", [])) <= set(culprits)), None
         )
         if place:
             lines.append(f"  at:    {place}")
     lines.append(f"  {hang.get('reason')}")
+    # a hang whose cause is known (uneven loops: data/sampling) has next steps, as live
+    steps = diagnosis.get("next_steps") if signature else None
+    if isinstance(steps, list):
+        lines.extend(f"  next:  {step}" for step in steps if isinstance(step, str))
     return lines
 
 

@@ -315,9 +315,13 @@ def test_a_rank_that_ran_out_of_batches_and_waits_after_its_loop_is_uneven_data(
     )
     assert "  class: data/sampling (uneven-iterations): " in stderr
     assert "  next:  for inputs that are uneven by nature: with model.join():" in stderr
-    ranks, klass, where, _ = _explained(run_dir)
+    ranks, klass, where, text = _explained(run_dir)
     assert (ranks, klass) == ((1,), "data/sampling")
     assert where is not None and where.startswith("unseen_cases.py:37")
+    # explain gives the same class line and next steps as the live summary
+    assert "  class: data/sampling (uneven-iterations): " in text
+    live = [line.split("safelaunch: ", 1)[-1] for line in stderr.splitlines() if "  next: " in line]
+    assert live and [line for line in text.splitlines() if line.startswith("  next:  ")] == live
 
 
 @pytest.mark.slow
