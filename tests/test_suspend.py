@@ -19,15 +19,17 @@ import pytest
 from conftest import console_lines, marked_processes, start, wait_for
 from test_supervisor_replay import FakeClock  # a sleep moves its wall_offset only
 
+from safelaunch.diagnose.hang import _group, silent_for
 from safelaunch.supervisor.hang import (
     Beat,
+    HangEvidence,
     RankProgress,
     Unseen,
     is_hung,
     is_stale,
     stale_after,
 )
-from safelaunch.supervisor.watchers import HangWatch, Lookout, late_slack
+from safelaunch.supervisor.watchers import HangWatch, Lookout, StopReason, late_slack
 
 TIMEOUT = 2.0
 INTERVAL = 0.2  # the heartbeat interval of a 2 s timeout (plan.heartbeat_interval)
@@ -60,6 +62,7 @@ class Job:
         self.pending: list[tuple[float, int, float]] = []  # (seen at, rank, made at)
         self.last_made = start
         self.hung_at: float | None = None
+        self.reason: StopReason | None = None  # what the watch said when it declared the hang
         self.resumed_at: float | None = None
         self._next_progress = start + EVERY
         self._next_poll = self.clock.t
@@ -116,8 +119,10 @@ class Job:
         self.pending = [p for p in self.pending if p[0] > wall + 1e-9]
         if self.clock.t >= self._next_poll - 1e-9 and self.hung_at is None:
             self._next_poll = self.clock.t + PACE
-            if self.watch.poll(self.clock.t) is not None:
+            reason = self.watch.poll(self.clock.t)
+            if reason is not None:
                 self.hung_at = wall
+                self.reason = reason if isinstance(reason, StopReason) else None
 
 
 def _stopped_whole(job: Job, seconds: float) -> Job:
@@ -231,6 +236,34 @@ def test_ranks_stopped_alone_are_still_a_hang_as_before() -> None:
 
 
 # --- the pure parts ------------------------------------------------------------------
+
+
+def test_a_hang_that_spans_a_suspend_reports_the_time_the_ranks_had_not_the_suspends() -> None:
+    """Hung a second before a 20 s suspend: "no progress for X s" (the report's stuck_for)
+    and a frozen rank's silence leave the 20 s out, from the launcher's view of it."""
+    job = Job()
+    job.advance(3)
+    last = job.last_made
+    job.advance(1, ranks="hung")
+    job.advance(20, ranks="stopped", launcher=False)
+    job.advance(10, ranks="hung")
+    assert job.hung_at is not None and job.reason is not None
+    assert job.hung_at - last > 20  # by the wall clock
+    seen = job.reason.unseen.age(last, job.hung_at)
+    assert TIMEOUT <= seen <= TIMEOUT + 2 * PACE + LAG + 1  # the time the ranks ran hung
+    beat = Beat(rank=0, time=last, since=last, frames=(("x.py", 1, "f"),), step=None, seq=3)
+    evidence = HangEvidence(
+        detected_at=job.hung_at,
+        timeout=TIMEOUT,
+        interval=INTERVAL,
+        ranks=(RankProgress(rank=0, last_progress=last, beat=beat),),
+        states={0: "S"},
+        stack_files={},
+        unseen=job.reason.unseen,
+    )
+    assert silent_for(evidence, last) == pytest.approx(seen)
+    (group,) = _group(evidence)
+    assert group.frozen is not None and f"no heartbeat for {seen:.1f} s" in group.frozen
 
 
 def test_unseen_time_is_left_out_of_ages() -> None:

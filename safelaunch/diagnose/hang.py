@@ -100,7 +100,7 @@ def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bo
         return None  # a --no-python rank: only its output was watched
     if beat is None:
         return "no heartbeat at all (stuck before python started its first record)"
-    if is_stale(beat, evidence.detected_at, evidence.interval):
+    if is_stale(beat, evidence.detected_at, evidence.interval, evidence.unseen):
         return _STALE  # how long, and in which process state: per group (_stale_text)
     return None
 
@@ -141,7 +141,7 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
         keyed.setdefault(key, []).append((progress.rank, beat.seq if beat else None))
         stacks.setdefault(key, tuple(f for f in frames if not any(p in f[0] for p in _NOT_USERS)))
         if frozen == _STALE and beat is not None:
-            silences.setdefault(key, []).append(evidence.detected_at - beat.time)
+            silences.setdefault(key, []).append(silent_for(evidence, beat.time))
             states.setdefault(key, set()).add(state)
     groups = []
     for key, members in keyed.items():
@@ -283,6 +283,12 @@ def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> s
     return None
 
 
+def silent_for(evidence: HangEvidence, since: float) -> float:
+    """Seconds from `since` to the detection, less the time the job was suspended whole
+    (the launcher's view: supervisor/hang.py's Unseen): not time the ranks had to run."""
+    return evidence.unseen.age(since, evidence.detected_at)
+
+
 def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
     """Group the ranks by where they were and name the odd ones out."""
     evidence = outcome.hang
@@ -293,7 +299,7 @@ def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
     groups = _group(evidence)
     culprits, reason = _culprits(groups, exited)
     uneven = None if exited else uneven_reason(groups, culprits)
-    stuck = min(evidence.detected_at - p.last_progress for p in evidence.ranks)
+    stuck = min(silent_for(evidence, p.last_progress) for p in evidence.ranks)
     stacks = next(iter(evidence.stack_files.values()), None)
     return HangAnalysis(
         stuck_for=stuck,

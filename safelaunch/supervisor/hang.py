@@ -92,6 +92,9 @@ class HangEvidence:
     ranks: tuple[RankProgress, ...]
     states: Mapping[int, str]  # /proc state letter per rank: S, R, T (stopped), D, ...
     stack_files: Mapping[int, Path]
+    # the job was suspended whole before the hang showed: ages leave that time out, so
+    # "no progress for X s" is the time the ranks had to make progress, not the suspend's
+    unseen: Unseen = ALL_SEEN
 
 
 def last_progress(

@@ -19,7 +19,7 @@ from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import teardown
 from safelaunch.supervisor.ending import kill_everything, sweep_strays
 from safelaunch.supervisor.flight import request_records
-from safelaunch.supervisor.hang import HangEvidence, RankProgress
+from safelaunch.supervisor.hang import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.supervisor.interrupts import (
     OWN_SIGNAL_WAIT,
     expects_own_signal,
@@ -308,13 +308,19 @@ class _Attempt:
         if reason.note is not None:
             self._timebox_note = reason.note
         if reason.cause is TeardownCause.HANG:
-            self._declare_hang(list(reason.progress), reason.detected_at, reason.peer_event)
+            self._declare_hang(
+                list(reason.progress), reason.detected_at, reason.peer_event, reason.unseen
+            )
             return
         self._console.say(reason.say)
         self._begin_teardown(reason.cause, signal.SIGTERM)
 
     def _declare_hang(
-        self, progress: list[RankProgress], wall: float, because: NodeStop | None = None
+        self,
+        progress: list[RankProgress],
+        wall: float,
+        because: NodeStop | None = None,
+        unseen: Unseen = ALL_SEEN,
     ) -> None:
         self._console.say(
             f"hang on {because}: collecting every rank's stack here too, then stopping"
@@ -323,7 +329,7 @@ class _Attempt:
             "(--hang-timeout); collecting every rank's stack, then stopping the job"
         )
         live = [self._workers.started[p.rank] for p in progress]
-        self._hang = take_evidence(live, progress, wall, self._plan)
+        self._hang = take_evidence(live, progress, wall, self._plan, unseen)
         if because is None:
             self._tell_peers(stops.hang(*self._where, self._plan.hang_timeout))
         self._begin_teardown(TeardownCause.HANG, signal.SIGTERM)

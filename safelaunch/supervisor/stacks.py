@@ -12,7 +12,7 @@ from pathlib import Path
 
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.supervisor.flight import flight_dir, uses_collectives, wait_for_records
-from safelaunch.supervisor.hang import HangEvidence, RankProgress
+from safelaunch.supervisor.hang import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.supervisor.procs import process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
 
@@ -20,7 +20,11 @@ STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later)
 
 
 def take_evidence(
-    live: list[StartedRank], progress: list[RankProgress], wall: float, plan: LaunchPlan
+    live: list[StartedRank],
+    progress: list[RankProgress],
+    wall: float,
+    plan: LaunchPlan,
+    unseen: Unseen = ALL_SEEN,
 ) -> HangEvidence:
     """A declared hang's evidence: states, every live rank's stacks; saved as hang.json."""
     states = {s.spec.rank: process_state(s.process.pid) for s in live}
@@ -31,6 +35,7 @@ def take_evidence(
         ranks=tuple(progress),
         states=states,
         stack_files=collect_stacks(live, plan.attempt_dir / "stacks"),
+        unseen=unseen,
     )
     save_evidence(evidence, plan.attempt_dir / "stacks" / "hang.json")
     return evidence
@@ -77,6 +82,7 @@ def save_evidence(hang: HangEvidence, path: Path) -> None:
             "timeout": hang.timeout,
             "states": {str(k): v for k, v in hang.states.items()},
             "ranks": [asdict(p) for p in hang.ranks],
+            "unseen": [list(span) for span in hang.unseen.spans],  # (start, end): a suspend
         }
         path.write_text(json.dumps(evidence, indent=1, default=str))
 

@@ -57,6 +57,7 @@ class StopReason:
     peer_event: NodeStop | None = None  # what another node announced (or: it vanished)
     progress: tuple[RankProgress, ...] = ()  # a hang: every live rank's last progress
     detected_at: float = 0.0  # a hang: wall time
+    unseen: Unseen = ALL_SEEN  # a hang: time the launcher did not see pass (a suspend)
 
 
 class Throttle:
@@ -182,7 +183,9 @@ class HangWatch:
         if not is_hung(progress, wall, self._timeout, self._interval, unseen):
             self._lookout.forget_before(_earliest(progress, wall))
             return None
-        return StopReason(cause=TeardownCause.HANG, progress=tuple(progress), detected_at=wall)
+        return StopReason(
+            cause=TeardownCause.HANG, progress=tuple(progress), detected_at=wall, unseen=unseen
+        )
 
 
 def _earliest(progress: Sequence[RankProgress], wall: float) -> float:
