@@ -166,7 +166,7 @@ def test_the_cap_ends_a_rerun_that_never_gets_there(tmp_path: Path) -> None:
 def test_auto_skips_deterministic_program_faults_and_says_why(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", worker("bad_sampler.py"), env=AUTO, timeout=120)
     assert (
-        "isolation: no Gloo rerun: a fault the program repeats on any backend: it fails the "
+        "isolation: no Gloo rerun: a known fault of the program or its setup: it fails the "
         "same way on any backend; to rerun anyway: --isolate always" in run.stderr
     )
     assert not (run.run_dir / "isolate_gloo").exists()

@@ -33,7 +33,7 @@ class Ending(enum.Enum):
     PYTHON_ERROR = "a Python exception in the program"
     STARTUP_ERROR = "the script could not start (compile or import error)"
     PROGRAM_EXIT = "the program's own sys.exit"
-    PROGRAM_FAULT = "a fault the program repeats on any backend"
+    PROGRAM_FAULT = "a known fault of the program or its setup"  # a signature says which
     OUT_OF_MEMORY = "out of memory (or killed)"
     EXIT_CRASH = "a crash at exit, after the work was done"
 
