@@ -68,10 +68,12 @@ class Beater:
     def run(self) -> None:
         next_beat = time.monotonic() + self._interval
         while not self._stopped.wait(_jittered(SAMPLE_PERIOD)):
-            with suppress(Exception):  # never let the heartbeat take the rank down
+            # never let the heartbeat take the rank down, nor a failed sample stop the records
+            with suppress(Exception):
                 self.sample()
-                if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + self._interval
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + self._interval
+                with suppress(Exception):
                     self.beat()
             # What sampling costs this process (a few % of a core at the fastest rate,
             # more on a loaded machine): the launcher takes it off the rank's CPU time,
