@@ -23,13 +23,13 @@ from safelaunch.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # only for multi-node jobs
     from safelaunch.diagnose.nodes import JobVerdict
+    from safelaunch.rendezvous import Placement
 # What only a failure's summary and record use (the root-cause block, flight records, how
 # ranks left) is imported there: a job that succeeds never loads it (diagnose/__init__.py).
 if TYPE_CHECKING:
     from safelaunch.diagnose.collectives import Forensics
     from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
     from safelaunch.diagnose.signatures import Signature
-    from safelaunch.rendezvous import Placement
 
 
 def _rank_state(result: RankResult) -> str:
