@@ -24,6 +24,11 @@ _FATAL = "Fatal Python error:"
 _WORKER_ERROR = re.compile(r"Caught \w+ in DataLoader worker process \d+")
 _ORIGINAL = "Original Traceback (most recent call last):"
 _ORIGINAL_WITHIN = 400  # lines after the re-raised error where the worker's traceback is
+_BARE = re.compile(r"^[\w.]+$")  # an exception type alone: `AssertionError`, `EOFError`
+_MORE_WITHIN = 3  # lines after an error ending in ":" where its message goes on
+_MORE_CHARS = 500
+# what follows an error line that is no part of its message
+_NOT_MORE = ("Traceback (most recent", "During handling of", "The above exception", "File ")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,15 +41,35 @@ class ErrorText:
 
 
 def _frames_then_error(lines: list[str]) -> tuple[str, str | None, int] | None:
-    """Frames up to the first unindented line: (that line, user location, its index)."""
+    """Frames up to the first unindented line: (the error, user location, its index)."""
     frames: list[tuple[str, str, str]] = []
+    sources: dict[str, str] = {}  # a frame's `path:line in func` -> its source line
     for index, line in enumerate(lines):
         match = _FRAME.match(line)
         if match:
             frames.append((match["path"], match["line"], match["func"]))
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            if following[:1].isspace() and not _FRAME.match(following):
+                sources[f"{match['path']}:{match['line']} in {match['func']}"] = following.strip()
         elif line and not line[0].isspace():
-            return line.strip(), user_frame(frames[::-1], fallback=True), index
+            location = user_frame(frames[::-1], fallback=True)
+            source = sources.get(location or "", "")
+            return _completed(line.strip(), lines[index + 1 :], source), location, index
     return None
+
+
+def _completed(error: str, after: list[str], source: str) -> str:
+    """The error line with what it leaves out: a message that goes on after a colon
+    ("Error(s) in loading state_dict for Linear:" / "size mismatch for weight: ...") gets
+    its next line; an exception with no message (a bare `assert x > 0`) gets the
+    statement that raised it, unless that is only `raise TheType`."""
+    if error.endswith(":"):
+        more = next((line.strip() for line in after[:_MORE_WITHIN] if line.strip()), "")
+        if more and not more.startswith(_NOT_MORE):
+            return f"{error} {more}"[:_MORE_CHARS]
+    if _BARE.match(error) and source and not source.startswith("raise "):
+        return f"{error} (no message; the line: {source})"[:_MORE_CHARS]
+    return error
 
 
 def parse_traceback(text: str) -> tuple[str, str | None] | None:

@@ -1,5 +1,7 @@
-"""The rest of the table, in matching order: data/sampling, model/gradient, resources,
-then the ranks' deaths by signal (the most generic, last)."""
+"""The rest of the table, in matching order: data/sampling, the files a job reads and
+writes (environment/launch, after the DataLoader's: a corrupt file a worker read is a
+data fault), model/gradient, resources, then the ranks' deaths by signal (the most
+generic, last)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from safelaunch.diagnose.signatures.record import Signature
 from safelaunch.vocab import (
     COMMUNICATION,
     DATA,
+    ENVIRONMENT,
     MODEL,
     RESOURCES,
     UNKNOWN,
@@ -67,6 +70,63 @@ PROGRAM: tuple[Signature, ...] = (
         meaning="a DataLoader worker process died (often /dev/shm or memory)",
         next_steps=("rerun with num_workers=0 to see the worker's own error",),
     ),
+    Signature(
+        id="label-out-of-range",
+        klass=DATA,
+        patterns=(  # CPU (measured: torch 2.13); CUDA's device-side asserts of nll/cross_entropy
+            r"Target -?\d+ is out of bounds",
+            r"Assertion `(?:t|cur_target) >= 0 && (?:t|cur_target) < n_classes` failed",
+        ),
+        meaning="a label is outside [0, num_classes): the data's labels and the model's "
+        "number of outputs disagree (or a padding label without ignore_index)",
+        next_steps=(
+            "check the labels' range against the model's classes: labels.min(), labels.max()",
+            "labels that mark padding: cross_entropy(..., ignore_index=<that label>)",
+        ),
+    ),
+    # --- files the job reads or writes (environment / launch) ---------------------
+    Signature(
+        id="checkpoint-corrupt",
+        klass=ENVIRONMENT,
+        patterns=(  # torch.load, measured with torch 2.13: truncated, empty, not a checkpoint
+            r"PytorchStreamReader failed reading",
+            r"UnpicklingError: invalid load key",
+            r"EOFError: Ran out of input",
+            r"_weights_only_unpickler\.py\", line \d+, in load\n[^\n]*raise EOFError\n",
+        ),
+        meaning="torch.load read a file that is not a whole checkpoint: cut short (a save "
+        "that was killed, a full disk, a copy that did not finish), empty, or another kind "
+        "of file (a git-lfs pointer, an HTML page)",
+        next_steps=(
+            "compare the file's size with a good one (ls -l); head -c 200 shows what it is",
+            "load the previous checkpoint; save to a temporary name, then os.replace() it, so "
+            "a killed save never leaves half a file",
+        ),
+    ),
+    Signature(
+        id="checkpoint-weights-only",
+        klass=ENVIRONMENT,
+        patterns=(r"Weights only load failed",),
+        meaning="torch.load(weights_only=True, the default since torch 2.6) refused the file: "
+        "it holds objects other than tensors (or is not a checkpoint at all)",
+        next_steps=(
+            "the message names the global it refused: allow it with "
+            "torch.serialization.add_safe_globals([...]), or, for a file you trust, "
+            "torch.load(..., weights_only=False)",
+            "'Unsupported operand': the file is likely no checkpoint (head -c 200 shows it)",
+        ),
+    ),
+    Signature(
+        id="save-dir-missing",
+        klass=ENVIRONMENT,
+        patterns=(r"Parent directory [^\n]+ does not exist",),  # torch.save, torch 2.13
+        meaning="torch.save into a directory that does not exist here (made by another rank, "
+        "on another node, or not yet)",
+        next_steps=(
+            "make it on every node before saving: os.makedirs(path, exist_ok=True), then "
+            "dist.barrier() so no rank saves before it exists",
+        ),
+    ),
     # --- model / gradient -------------------------------------------------------
     Signature(
         id="ddp-unused-parameters",
@@ -102,6 +162,25 @@ PROGRAM: tuple[Signature, ...] = (
         next_steps=(
             "torch.autograd.set_detect_anomaly(True) names the operation",
             "replace the in-place op (x += y -> x = x + y); call backward once per forward",
+        ),
+    ),
+    Signature(
+        id="device-mismatch",
+        klass=MODEL,
+        patterns=(
+            r"Expected all tensors to be on the same device",
+            r"is not on the expected device",  # measured: a meta tensor meets a CPU one
+            # one on CUDA, one not (the same message for two dtypes is no device fault)
+            r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.\w+\)",
+            r"Input type \(torch\.\w+\) and weight type \(torch\.cuda\.\w+\)",
+        ),
+        meaning="tensors on different devices met in one operation: the model, a batch or a "
+        "buffer was not moved to the rank's device",
+        next_steps=(
+            "move the model and every batch to one device: model.to(device), "
+            "batch.to(device), with device = torch.device('cuda', local_rank)",
+            "two GPUs named: torch.cuda.set_device(local_rank) before building the model, "
+            "and DDP(model, device_ids=[local_rank])",
         ),
     ),
     Signature(

@@ -119,9 +119,12 @@ SETUP: tuple[Signature, ...] = (
             r"Received data size doesn't match expected size",
             r"op\.preamble\.length <= op\.nbytes",
         ),
-        meaning="ranks called different collectives, or the same one with different shapes",
+        # the byte counts Gloo compares differ for another dtype too (measured: float32 vs int64)
+        meaning="ranks called different collectives, or the same one with different shapes "
+        "or dtypes",
         next_steps=(
-            "make every rank issue the same collectives in the same order with the same shapes",
+            "make every rank issue the same collectives in the same order with the same shapes "
+            "and dtypes",
             "rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (not with DDP on torch 2.13: it crashes)",
         ),
         isolation_helps=True,
