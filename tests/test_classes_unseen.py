@@ -193,7 +193,8 @@ def test_a_resource_error_in_a_dataloader_worker_is_resources(
     assert root.signature.meaning.startswith("in a DataLoader worker: ")
     assert "DataLoader worker" in root.signature.next_steps[-1]
     assert len(root.signature.next_steps) <= 4
-    assert root.error is not None and root.error.line == own_line
+    # a bare `MemoryError` also names the statement that raised it (test_faults_unseen3)
+    assert root.error is not None and root.error.line.startswith(own_line)
     assert root.error.location == "/home/me/data.py:9 in __getitem__"
 
 
