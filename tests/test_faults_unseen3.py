@@ -20,7 +20,8 @@ from conftest import launch, safelaunch_cmd, worker
 
 from safelaunch.diagnose.errortext import parse_traceback
 from safelaunch.diagnose.match import cause, matches
-from safelaunch.vocab import COMMUNICATION, DATA, ENVIRONMENT, MODEL
+from safelaunch.diagnose.pytypes import EXCEPTION_TYPES
+from safelaunch.vocab import COMMUNICATION, DATA, ENVIRONMENT, MODEL, UNKNOWN
 
 # --- the rules, on measured texts (torch 2.13) and known GPU ones ----------------------
 
@@ -106,6 +107,41 @@ def test_look_alikes_are_not_these_signatures(text: str) -> None:
     assert not ids & (new | {"label-out-of-range", "device-mismatch"})
 
 
+ERROR_TYPE_CASES = [
+    # the module is there, the name is not: a version, not an installation
+    (
+        "ImportError: cannot import name 'tensorboard_extras' from 'torch.utils'",
+        "python-import-name",
+        ENVIRONMENT,
+    ),
+    (
+        "ImportError: cannot import name 'a' from partially initialized module 'm' (most "
+        "likely due to a circular import)",
+        "python-import-name",
+        ENVIRONMENT,
+    ),
+    (
+        "ImportError: libcudart.so.12: cannot open shared object file",
+        "python-import-error",
+        ENVIRONMENT,
+    ),
+    ("ModuleNotFoundError: No module named 'apex'", "python-import-error", ENVIRONMENT),
+    # a recursion without end: no class of its own, but what to look for
+    ("RecursionError: maximum recursion depth exceeded", "python-recursion-error", UNKNOWN),
+    (
+        "RecursionError: maximum recursion depth exceeded while calling a Python object",
+        "python-recursion-error",
+        UNKNOWN,
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "signature", "klass"), ERROR_TYPE_CASES)
+def test_the_error_type_and_class(line: str, signature: str, klass: str) -> None:
+    found = matches(line, None, EXCEPTION_TYPES)
+    assert found and (found[0].signature.id, found[0].signature.klass) == (signature, klass)
+
+
 def test_a_corrupt_file_a_dataloader_worker_read_stays_a_data_fault() -> None:
     text = (
         "RuntimeError: Caught RuntimeError in DataLoader worker process 0.\n"
@@ -187,6 +223,8 @@ E2E = {
     "worker_keyerror": (1, 1, "data/sampling (dataloader-worker-error)", "KeyError: 21", 42),
     "metrics": (0, 1, "unknown", "not JSON serializable", 83),
     "kbint": (1, 130, "unknown", "KeyboardInterrupt", 102),
+    "recursion": (1, 1, "unknown (python-recursion-error)", "maximum recursion depth", 61),
+    "cannot_import": (1, 1, "environment/launch (python-import-name)", "cannot import name", 145),
 }
 
 

@@ -10,7 +10,7 @@ its type, an error line that says a loss or a gradient is NaN/inf is model/gradi
 from __future__ import annotations
 
 from safelaunch.diagnose.signatures import Signature
-from safelaunch.vocab import DATA, ENVIRONMENT, MODEL, RESOURCES
+from safelaunch.vocab import DATA, ENVIRONMENT, MODEL, RESOURCES, UNKNOWN
 
 _QUALIFIED = r"^(?:[\w.]+\.)?"  # `torch.OutOfMemoryError:`, `builtins.MemoryError:`
 
@@ -34,6 +34,18 @@ def non_finite(subject: str) -> str:
 
 
 EXCEPTION_TYPES: tuple[Signature, ...] = (
+    Signature(  # before python-import-error: the module is there, a name in it is not
+        id="python-import-name",
+        klass=ENVIRONMENT,
+        patterns=(_QUALIFIED + r"ImportError: cannot import name\b",),
+        meaning="the module is installed but has no such name: another version of it than the "
+        "code expects (or a circular import, when the message says so)",
+        next_steps=(
+            "compare the installed version with the one the code needs (pip show <package>) "
+            "and pin it in the requirements",
+            "a circular import: import the module, not the name, or import inside the function",
+        ),
+    ),
     Signature(
         id="python-import-error",
         klass=ENVIRONMENT,
@@ -103,6 +115,18 @@ EXCEPTION_TYPES: tuple[Signature, ...] = (
         patterns=(_QUALIFIED + r"(?:ZeroDivisionError|FloatingPointError|OverflowError)\b",),
         meaning="a numeric error in the computation (division by zero, overflow)",
         next_steps=("check the values at the line shown (an empty batch, a zero count)",),
+    ),
+    Signature(  # no class of its own: a missing base case is in any code
+        id="python-recursion-error",
+        klass=UNKNOWN,
+        patterns=(_QUALIFIED + r"RecursionError\b",),
+        meaning="a function called itself without end (or walked data nested deeper than "
+        "Python's recursion limit)",
+        next_steps=(
+            "the location is the recursing function: look for the missing base case, or a "
+            "cycle in the data it walks",
+            "only for data truly that deep: sys.setrecursionlimit(...)",
+        ),
     ),
     # last: an error's own type, where it has a class, says more than its words
     Signature(
