@@ -53,7 +53,10 @@ def test_nccl_missing_then_gloo_trains_is_the_communication_layer(tmp_path: Path
     isolation = _isolation(run)
     assert isolation["gloo_rerun"] is True
     [rerun] = isolation["reruns"]
-    assert rerun["verdict"] == "communication layer" and rerun["status"] == "succeeded"
+    # The rerun trains to its end, or is stopped once every rank is clearly past where the
+    # job failed ("passed"): which comes first is the machine's load; the verdict is one.
+    assert rerun["verdict"] == "communication layer"
+    assert rerun["status"] in ("succeeded", "passed"), rerun
     # the user frame is the script's call, not safelaunch's wrapper
     report = json.loads((run.attempt() / "report.json").read_text())
     call = line_of(CASES, 'init_process_group("nccl"')
