@@ -178,9 +178,12 @@ def test_help_shows_the_defaults_the_record_has() -> None:
         (["--nproc", "2", "t.py"], "nproc_per_node", "2", ()),
         (["--nproc_per_n=3", "t.py"], "nproc_per_node", "3", ()),
         # Everything after the script is the script's: never a flag, an abbreviation,
-        # nor an ambiguous prefix; a `--` there is the script's too.
+        # nor an ambiguous prefix. The first `--` is argparse's, as in torchrun (right
+        # after the script too); a later one is the script's.
         (["t.py", "--standalone", "--no", "--nproc", "3"], "standalone", False, None),
-        (["t.py", "--", "-h"], "training_script", "t.py", ("--", "-h")),
+        (["t.py", "--", "-h"], "training_script", "t.py", ("-h",)),
+        (["--", "t.py", "--", "-h"], "training_script", "t.py", ("--", "-h")),
+        (["t.py", "a", "--", "-h"], "training_script", "t.py", ("a", "--", "-h")),
         (["--", "t.py", "x"], "training_script", "t.py", ("x",)),
         (["-m", "pkg.mod", "--x"], "module", True, ("--x",)),
     ],

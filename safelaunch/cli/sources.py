@@ -31,10 +31,14 @@ def parse_launch(
     parser = launch_parser()
     given = vars(parser.parse(args))
     command = given.pop("command")
-    # `safelaunch [OPTIONS] -- train.py`: the end of the options. After the script a `--`
-    # is the script's, and REMAINDER keeps it (the script's own argument parser may need it).
+    # The first `--` is argparse's, as in torchrun: before the script it ends the options
+    # (`safelaunch [OPTIONS] -- train.py`); right after the script, torchrun's positional
+    # takes it too (`torchrun train.py -- --lr 1` gives the script `--lr 1`, on every
+    # Python since 3.6). Any later `--` is the script's, and REMAINDER keeps it.
     if command[:1] == ["--"]:
         command = command[1:]
+    elif command[1:2] == ["--"]:
+        command = command[:1] + command[2:]
     if not command:
         parser.error(f"the following arguments are required: {SCRIPT}")
     try:

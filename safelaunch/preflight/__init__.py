@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,25 @@ def check_entry_point(config: LaunchConfig) -> None:
             f"training script {script!r} not found (working directory: {os.getcwd()})",
             "check the path, or pass -m for a module",
         )
+    _refuse_special_file(script)
+
+
+def _refuse_special_file(script: str) -> None:
+    """The script must be a regular file (or a directory, checked above). A pipe
+    (`<(...)`, /dev/stdin fed by a pipe) would block the first open until a writer comes,
+    forever for a FIFO nobody writes; and every rank reads the script, while a pipe's
+    bytes go to the first reader only. A device or a socket is no script either."""
+    try:
+        mode = os.stat(script).st_mode
+    except OSError:
+        return  # unreadable: python says so in the rank
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = "a pipe (FIFO)" if stat.S_ISFIFO(mode) else "not a regular file (a device or socket)"
+    raise PreflightError(
+        f"training script {script!r} is {kind}: every rank must read the same script",
+        "save it to a file and launch that file",
+    )
 
 
 def lint_script(config: LaunchConfig) -> tuple[LintFinding, ...]:
