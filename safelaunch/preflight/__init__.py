@@ -19,7 +19,13 @@ from safelaunch.preflight.logroot import check_log_root
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
 from safelaunch.preflight.probe import probe_torch, torch_findings
-from safelaunch.preflight.system import ERROR, WARNING, Finding, system_findings
+from safelaunch.preflight.system import (
+    ERROR,
+    WARNING,
+    Finding,
+    crowding_finding,
+    system_findings,
+)
 from safelaunch.preflight.visible import parse_visible
 from safelaunch.rank.pathentry import is_path_entry
 
@@ -162,6 +168,7 @@ def findings_of(
     findings += [Finding(level=WARNING, code="gpu", message=m) for m in gpus.warnings]
     addr = config.master_addr or DEFAULT_MASTER_ADDR
     findings += system_findings(config.environ, addr, len(gpus.visible.devices))
+    findings.append(crowding_finding(nproc, len(os.sched_getaffinity(0))))
     if gpus.visible.devices:  # what the probe compares only matters with GPUs (doctor: always)
         facts = probe_torch()
         findings += torch_findings(facts, len(gpus.visible.devices), inventory.cuda_driver_version)

@@ -71,6 +71,25 @@ def limits_finding(nofile_soft: int) -> Finding:
     return Finding(level=OK, code="nofile", message=f"open-files limit {nofile_soft}")
 
 
+# Ranks per CPU beyond which a launch is told it crowds the machine. Tests and CPU/Gloo
+# jobs run a few ranks per CPU on purpose; a typo (--nproc-per-node=1000) starts that
+# many python processes, each with torch's threads, and the machine thrashes silently.
+RANKS_PER_CPU_MAX = 4
+
+
+def crowding_finding(nproc: int, cpus: int) -> Finding:
+    """Far more ranks than CPUs: said before they start (torchrun says nothing)."""
+    if nproc > RANKS_PER_CPU_MAX * max(cpus, 1):
+        return Finding(
+            level=WARNING,
+            code="crowded",
+            message=f"{nproc} ranks on {cpus} CPU(s): each rank is a python process, the "
+            "machine will be crowded",
+            fix="fewer ranks (--nproc-per-node=cpu starts one per CPU)",
+        )
+    return Finding(level=OK, code="crowded", message=f"{nproc} ranks on {cpus} CPU(s)")
+
+
 def memlock_finding(memlock_soft: int, gpus: int) -> Finding:
     """Locked-memory limit: matters for NCCL over InfiniBand / RDMA, so only with GPUs."""
     if gpus and memlock_soft != resource.RLIM_INFINITY and memlock_soft < MEMLOCK_MIN:
