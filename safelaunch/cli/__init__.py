@@ -37,11 +37,17 @@ class EarlyInterrupt(BaseException):
     Not a KeyboardInterrupt: code on the way (`finish`, the launch) handles that as a
     Ctrl-C of its own. A BaseException passes every `except Exception` (and runs every
     `finally`) on its way out to main(), which makes it exit 130 without a traceback.
+    SIGTERM (a scheduler's stop, `kill`) takes the same way out, with 143: killed by it
+    silently, the launcher said nothing while preflight or a multi-node rendezvous ran.
     """
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _early_interrupt(signum: int, frame: object) -> None:
-    raise EarlyInterrupt
+    raise EarlyInterrupt(signum)
 
 
 def main() -> None:
@@ -49,12 +55,15 @@ def main() -> None:
     _subcommands()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (&)
         signal.signal(signal.SIGINT, _early_interrupt)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # an ignored one stays ignored
+        signal.signal(signal.SIGTERM, _early_interrupt)
     try:
         launch_command(sys.argv[1:])
-    except EarlyInterrupt:
+    except EarlyInterrupt as stop:
+        said = "interrupted" if stop.signum == signal.SIGINT else "stopped by SIGTERM"
         with contextlib.suppress(OSError, ValueError, AttributeError):  # None: stderr closed
-            sys.stderr.write("safelaunch: interrupted before any rank started\n")
-        sys.exit(exitcodes.INTERRUPTED)
+            sys.stderr.write(f"safelaunch: {said} before any rank started\n")
+        sys.exit(exitcodes.for_signal(stop.signum))
 
 
 SUBCOMMANDS = {

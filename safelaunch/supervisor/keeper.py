@@ -83,6 +83,7 @@ def _watch(read_fd: int, token: str) -> None:
     outside.add(os.getsid(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the launcher's early handler: die of it
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)  # never hold the user's pipes (`| tee`) open

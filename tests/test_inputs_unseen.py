@@ -1,0 +1,113 @@
+"""Inputs and situations the other input tests do not reach (audit, session 6).
+
+Each case is a real launch through conftest's helpers: a script that is a pipe, a `--`
+right after the script (compared with torchrun's own argparse layout), far more ranks
+than CPUs, and SIGTERM while the launcher waits for a multi-node rendezvous.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_orphans, cli, launch, start, worker
+
+from safelaunch import exitcodes
+from safelaunch.preflight.system import RANKS_PER_CPU_MAX, WARNING, crowding_finding
+
+
+def _refused(result: subprocess.CompletedProcess[str], tmp_path: Path, needle: str) -> None:
+    """Exit 78, one line naming the problem, no traceback, nothing started."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == exitcodes.PREFLIGHT, result.stderr
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "logs").exists() and not list((tmp_path / "pids").iterdir())
+
+
+def test_a_fifo_as_the_script_is_refused_and_never_blocks(tmp_path: Path) -> None:
+    # Nobody writes the FIFO: an open() for reading would block for ever (it did, in
+    # the compile check); `<(...)` hands the launcher such a pipe.
+    fifo = tmp_path / "train.py"
+    os.mkfifo(fifo)
+    result = cli(tmp_path, "--nproc-per-node=2", str(fifo), timeout=20)
+    _refused(result, tmp_path, "is a pipe (FIFO)")
+
+
+def test_a_device_as_the_script_is_refused(tmp_path: Path) -> None:
+    result = cli(tmp_path, "--nproc-per-node=1", os.devnull, timeout=20)
+    _refused(result, tmp_path, "is not a regular file")
+
+
+def _torchrun_layout(argv: list[str]) -> list[str]:
+    """What torchrun's parser (torch/distributed/run.py: a training_script positional, then
+    nargs=REMAINDER) hands the script; the same on every Python from 3.6 to 3.13."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nproc-per-node")
+    parser.add_argument("training_script")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
+    return list(parser.parse_args(argv).training_script_args)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        ["--", "--lr", "1"],  # torchrun drops this `--`: the script sees --lr 1
+        ["a", "--", "b"],  # a later `--` is the script's
+        ["--", "--", "x"],
+    ],
+)
+def test_a_double_dash_after_the_script_reaches_it_as_torchrun_passes_it(
+    tmp_path: Path, after: list[str]
+) -> None:
+    script = worker("dump_env.py")
+    run = launch(tmp_path, "--nproc-per-node=1", script, *after)
+    assert run.returncode == 0, run.stderr
+    dumped = json.loads((tmp_path / "pids" / "env0.json").read_text())
+    assert dumped["argv"][1:] == _torchrun_layout(["--nproc-per-node=1", script, *after])
+
+
+def test_far_more_ranks_than_cpus_is_said_and_strict_stops_it(tmp_path: Path) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    many = RANKS_PER_CPU_MAX * cpus + 1
+    # --strict makes the warning fatal: said, and not one of the ranks started
+    result = cli(tmp_path, "--strict", f"--nproc-per-node={many}", worker("dump_env.py"))
+    _refused(result, tmp_path, f"{many} ranks on {cpus} CPU(s)")
+
+
+@pytest.mark.parametrize(
+    ("nproc", "cpus", "warned"), [(8, 2, False), (9, 2, True), (1000, 2, True), (2, 0, False)]
+)
+def test_crowding_is_a_warning_beyond_four_ranks_per_cpu(
+    nproc: int, cpus: int, warned: bool
+) -> None:
+    assert (crowding_finding(nproc, cpus).level == WARNING) is warned
+
+
+def test_sigterm_during_the_rendezvous_wait_is_one_line_and_143(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc, mark = start(
+        tmp_path,
+        "--nnodes=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "--rdzv-conf=timeout=60",
+        worker("dump_env.py"),
+        text=True,
+    )
+    waiting = proc.stderr.readline()  # the launcher's first line: it waits for node 2
+    assert "waiting for 2 node(s)" in waiting, waiting
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == exitcodes.for_signal(signal.SIGTERM), err
+    assert err.strip() == "safelaunch: stopped by SIGTERM before any rank started"
+    assert not list((tmp_path / "pids").iterdir())
+    assert_no_orphans(mark, within=2.0)
