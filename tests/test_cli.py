@@ -257,7 +257,8 @@ def test_only_the_cli_exits_and_never_with_a_bare_number() -> None:
                     where for t in node.targets if ast.unparse(t).split(".")[-1] == "exit_code"
                 ]
     assert exits == {
-        "cli/__init__.py": ["sys.exit(exitcodes.INTERRUPTED)"],  # Ctrl-C before any handler
+        # Ctrl-C or SIGTERM before the launcher's handlers
+        "cli/__init__.py": ["sys.exit(exitcodes.for_signal(stop.signum))"],
         "cli/commands.py": ["sys.exit(code)"],  # finish
         "entry.py": ["sys.exit(exitcodes.INTERRUPTED)"],  # Ctrl-C while importing the CLI
     }
