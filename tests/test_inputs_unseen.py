@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_orphans, cli, launch, start, worker
+from conftest import assert_no_orphans, cli, launch, marked_env, safelaunch_cmd, start, worker
 
 from safelaunch import exitcodes
 from safelaunch.preflight.system import RANKS_PER_CPU_MAX, WARNING, crowding_finding
@@ -43,6 +43,18 @@ def test_a_fifo_as_the_script_is_refused_and_never_blocks(tmp_path: Path) -> Non
 def test_a_device_as_the_script_is_refused(tmp_path: Path) -> None:
     result = cli(tmp_path, "--nproc-per-node=1", os.devnull, timeout=20)
     _refused(result, tmp_path, "is not a regular file")
+
+
+def test_lint_of_a_fifo_is_a_usage_error_not_a_wait(tmp_path: Path) -> None:
+    fifo = tmp_path / "train.py"
+    os.mkfifo(fifo)
+    env, _ = marked_env(tmp_path)
+    result = subprocess.run(
+        safelaunch_cmd("lint", str(fifo)), env=env, capture_output=True, text=True, timeout=20
+    )
+    assert result.returncode == exitcodes.USAGE, result.stderr
+    assert "is a pipe or device, not a script file" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def _torchrun_layout(argv: list[str]) -> list[str]:

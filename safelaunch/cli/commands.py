@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from safelaunch import defaults, exitcodes, values
-from safelaunch.cli.options import Number, not_a_directory
+from safelaunch.cli.options import Number, a_script_file
 from safelaunch.cli.parser import Parser
 from safelaunch.cli.sources import parse_launch
 from safelaunch.config import build_config
@@ -264,7 +264,7 @@ def lint_command(args: Sequence[str]) -> NoReturn:
     parser = _parser("lint")
     _json_option(parser)
     parser.add_help_option()
-    parser.add_argument("script", type=not_a_directory, metavar="SCRIPT", help=argparse.SUPPRESS)
+    parser.add_argument("script", type=a_script_file, metavar="SCRIPT", help=argparse.SUPPRESS)
     given = parser.parse(args)
     script: str = given.script
     as_json: bool = given.as_json

@@ -58,6 +58,22 @@ def not_a_directory(path: str) -> str:
     return path
 
 
+def a_script_file(path: str) -> str:
+    """lint's SCRIPT: not a directory, and not a pipe or device (opening a FIFO nobody
+    writes would block for ever)."""
+    import stat
+
+    not_a_directory(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path  # missing or unreadable: lint says so, with its exit code
+    if not stat.S_ISREG(mode):
+        shown = path if path.isprintable() else repr(path)
+        raise argparse.ArgumentTypeError(f"'{shown}' is a pipe or device, not a script file")
+    return path
+
+
 class Spec(NamedTuple):
     """One launch option: its names, where its value may come from, and --help's line."""
 
