@@ -79,15 +79,13 @@ RANKS_PER_CPU_MAX = 4
 
 def crowding_finding(nproc: int, cpus: int) -> Finding:
     """Far more ranks than CPUs: said before they start (torchrun says nothing)."""
-    if nproc > RANKS_PER_CPU_MAX * max(cpus, 1):
-        return Finding(
-            level=WARNING,
-            code="crowded",
-            message=f"{nproc} ranks on {cpus} CPU(s): each rank is a python process, the "
-            "machine will be crowded",
-            fix="fewer ranks (--nproc-per-node=cpu starts one per CPU)",
-        )
-    return Finding(level=OK, code="crowded", message=f"{nproc} ranks on {cpus} CPU(s)")
+    crowded = nproc > RANKS_PER_CPU_MAX * max(cpus, 1)
+    said = f"{nproc} ranks on {cpus} CPU(s)"
+    if not crowded:
+        return Finding(level=OK, code="crowded", message=said)
+    why = f"{said}: each rank is a python process, the machine will be crowded"
+    fix = "fewer ranks (--nproc-per-node=cpu starts one per CPU)"
+    return Finding(level=WARNING, code="crowded", message=why, fix=fix)
 
 
 def memlock_finding(memlock_soft: int, gpus: int) -> Finding:
