@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Sequence
@@ -103,6 +104,10 @@ def run(config: LaunchConfig, console: Console) -> int:
         if config.origins:
             console.say("from SLURM (flags win): " + ", ".join(config.origins))
         if config.nnodes[1] > 1:
+            # Torch's store wait is a native call: the CLI's early SIGTERM handler would only
+            # run when it returns (join_timeout later). The kernel's default ends us at once.
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
             membership = multinode.join(config, preflight, console)
         receiver.install()
         point_latest(config.log_dir, identity.run_id)

@@ -38,7 +38,8 @@ class EarlyInterrupt(BaseException):
     Ctrl-C of its own. A BaseException passes every `except Exception` (and runs every
     `finally`) on its way out to main(), which makes it exit 130 without a traceback.
     SIGTERM (a scheduler's stop, `kill`) takes the same way out, with 143: killed by it
-    silently, the launcher said nothing while preflight or a multi-node rendezvous ran.
+    silently, the launcher said nothing while preflight ran (a multi-node rendezvous
+    wait keeps the default: launch.run says why).
     """
 
     def __init__(self, signum: int = signal.SIGINT) -> None:
