@@ -1,7 +1,8 @@
-"""The console-script entry: a Ctrl-C even while Python imports the CLI is exit 130.
+"""The console-script entry: a Ctrl-C even while Python imports the CLI is exit 130, and a
+SIGTERM there exit 143, each with one line.
 
 Importing the CLI and the launcher takes tens of milliseconds; a KeyboardInterrupt in
-that window would otherwise print a traceback.
+that window would otherwise print a traceback, and a SIGTERM end the launcher silently.
 
 Two launch costs are cut here, in the one process that `safelaunch` and `python -m
 safelaunch` run (tests that call the commands in-process never come through):
@@ -18,21 +19,43 @@ import gc
 import os
 import sys
 
-from safelaunch import exitcodes  # imports only `signal`: no window worth guarding
+# `signal` builds enums (~3 ms, unguarded before the try below): its C core has what this
+# module needs (safelaunch/rank/lean.py)
+from safelaunch.rank.lean import signals
 
 MESSAGES_WAIT = 2.0  # seconds launcher messages may wait at exit for a blocked terminal
 
 
+class _Stopped(BaseException):
+    """SIGTERM while the CLI imports (~0.1 s): the default action ended the launcher
+    without a word (a scheduler's stop at start); now it ends as Ctrl-C does there."""
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
 def main() -> None:
-    """Import the CLI, then run it (safelaunch.cli.main handles Ctrl-C from there on)."""
+    """Import the CLI, then run it (safelaunch.cli.main handles Ctrl-C and SIGTERM from
+    there on)."""
     gc.disable()  # until safelaunch.cli.commands.settled(): a launch or a subcommand calls it
     _fill_closed_streams()
+    guarded = signals.getsignal(signals.SIGTERM) == signals.SIG_DFL  # an ignored one stays so
+    if guarded:
+        signals.signal(signals.SIGTERM, _stopped)
     try:
         from safelaunch.cli import main as cli_main
-    except KeyboardInterrupt:
+
+        if guarded:  # the CLI installs its own, where it finds the default
+            signals.signal(signals.SIGTERM, signals.SIG_DFL)
+    except (KeyboardInterrupt, _Stopped) as stop:
+        from safelaunch import exitcodes
+
+        signum = signals.SIGINT if isinstance(stop, KeyboardInterrupt) else signals.SIGTERM
+        said = "interrupted" if signum == signals.SIGINT else "stopped by SIGTERM"
         if sys.stderr is not None:  # None: started with stderr closed
-            sys.stderr.write("safelaunch: interrupted before any rank started\n")
-        sys.exit(exitcodes.INTERRUPTED)
+            sys.stderr.write(f"safelaunch: {said} before any rank started\n")
+        sys.exit(exitcodes.for_signal(signum))
     try:
         cli_main()
     except SystemExit as done:

@@ -66,3 +66,46 @@ def test_the_collector_paused_for_the_imports_runs_again_after_them() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.split("\n")[:2] == ["True 0", "True True"]
+
+
+# A real signal, sent while the CLI imports: a finder asked for safelaunch.cli sends it
+# (the handler runs at the next bytecode, inside that import), then lets the import go on.
+SIGNALLED_WHILE_IMPORTING = """
+import os, signal, sys
+class Signal:
+    def find_spec(self, name, path=None, target=None):
+        if name == "safelaunch.cli":
+            os.kill(os.getpid(), signal.{signal})
+        return None
+sys.meta_path.insert(0, Signal())
+sys.argv = ["safelaunch", "--nproc-per-node=1", "never_started.py"]
+from safelaunch.entry import main
+main()
+"""
+
+
+def test_sigterm_or_ctrl_c_while_the_cli_imports_is_one_line_and_the_signals_code() -> None:
+    """SIGTERM there killed the launcher without a word (a scheduler's stop at start)."""
+    for name, said, code in (
+        ("SIGTERM", "stopped by SIGTERM", 143),
+        ("SIGINT", "interrupted", 130),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", SIGNALLED_WHILE_IMPORTING.format(signal=name)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (code, ""), done.stderr
+        assert done.stderr == f"safelaunch: {said} before any rank started\n"
+
+
+def test_an_ignored_sigterm_stays_ignored_while_the_cli_imports() -> None:
+    """`nohup`-style: SIG_IGN inherited is kept (the launch then runs as before)."""
+    code = (
+        "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        + SIGNALLED_WHILE_IMPORTING.format(signal="SIGTERM")
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "stopped by SIGTERM" not in done.stderr
+    assert done.returncode == 78, done.stderr  # the script does not exist: preflight says so
