@@ -65,6 +65,15 @@ def test_a_world_writable_log_directory_is_refused_unless_sticky(tmp_path: Path)
     assert cli(tmp_path, "--log-dir", str(logs), worker("dump_env.py")).returncode == 0
 
 
+def test_a_device_as_the_log_directory_runs_with_console_output_only(tmp_path: Path) -> None:
+    """/dev/null is writable by everyone, but nothing can be created below it: it was
+    refused (78) as "can be written by other users"; now it runs as a plain file does."""
+    result = cli(tmp_path, "--log-dir", os.devnull, worker("dump_env.py"))
+    assert result.returncode == 0, result.stderr
+    assert "other users" not in result.stderr
+    assert f"cannot write logs under {os.devnull}/" in result.stderr
+
+
 def test_the_port_lock_directory_is_never_used_through_a_link(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -37,8 +37,12 @@ def _problem(path: Path, me: int) -> str | None:
         return f"is owned by {_owner(info.st_uid)}, not by you or root"
     if stat.S_ISLNK(info.st_mode):
         return None  # a link's own mode means nothing; its target is checked too
+    if not stat.S_ISDIR(info.st_mode):
+        # nothing is ever created below a file or a device (/dev/null, writable by all):
+        # the launch runs with console output only and says so, as for a plain file
+        return None
     others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if others_write and not (stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX):
+    if others_write and not info.st_mode & stat.S_ISVTX:
         return "can be written by other users (and is not sticky like /tmp)"
     return None
 
