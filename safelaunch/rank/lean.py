@@ -62,7 +62,8 @@ class Flag:
         """True once set (at once from then on), False after `timeout` seconds."""
         if not self._lock.acquire(timeout=timeout):
             return False
-        self._lock.release()
+        with suppress(RuntimeError):  # a second set() released it meanwhile: still set
+            self._lock.release()
         return True
 
 

@@ -1,0 +1,53 @@
+"""rank/lean.py: the stand-ins for threading.Event, contextlib.suppress and daemon threads
+that every rank uses before the user's code (what they replace cost 5-7 ms a rank)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from safelaunch.rank.lean import Flag, Lock, start_thread, suppress
+
+
+def test_a_flag_waits_until_set_and_stays_set() -> None:
+    flag = Flag()
+    started = time.monotonic()
+    assert not flag.wait(0.05)
+    assert time.monotonic() - started >= 0.04
+    flag.set()
+    assert flag.wait(5) and flag.wait(5)  # at once, every time from then on
+    flag.set()  # twice: no error, still set
+    assert flag.wait(0.01)
+
+
+def test_a_flag_set_again_while_its_waiter_holds_it_stays_set() -> None:
+    flag = Flag()
+    flag.set()
+    flag._lock.acquire()  # as wait() holds it, a moment before it releases it
+    flag.set()  # the heartbeat's stop() twice: releases it under the waiter
+    assert flag.wait(0.01) and flag.wait(0.01)
+
+
+def test_set_from_another_thread_wakes_the_waiter() -> None:
+    flag, woke = Flag(), Flag()
+
+    def waiter() -> None:
+        if flag.wait(10):
+            woke.set()
+
+    start_thread(waiter)
+    time.sleep(0.05)
+    flag.set()
+    assert woke.wait(10)
+
+
+def test_suppress_swallows_only_what_it_names() -> None:
+    with suppress(OSError):
+        raise FileNotFoundError("gone")
+    with pytest.raises(ValueError), suppress(OSError):
+        raise ValueError("not an OSError")
+    lock = Lock()
+    with suppress(Exception), lock:
+        raise RuntimeError("inside the lock")
+    assert lock.acquire(blocking=False)  # released on the way out
