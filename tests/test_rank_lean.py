@@ -21,12 +21,29 @@ def test_a_flag_waits_until_set_and_stays_set() -> None:
     assert flag.wait(0.01)
 
 
+class _SetWhileHeld:
+    """The flag's lock, with a second set() landing right after wait() acquired it."""
+
+    def __init__(self, flag: Flag) -> None:
+        self._flag, self._lock, self._raced = flag, flag._lock, False
+
+    def acquire(self, timeout: float = -1) -> bool:
+        got = self._lock.acquire(timeout=timeout)
+        if got and not self._raced:
+            self._raced = True
+            self._flag.set()  # the heartbeat's stop() again: releases it under the waiter
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+
 def test_a_flag_set_again_while_its_waiter_holds_it_stays_set() -> None:
     flag = Flag()
     flag.set()
-    flag._lock.acquire()  # as wait() holds it, a moment before it releases it
-    flag.set()  # the heartbeat's stop() twice: releases it under the waiter
-    assert flag.wait(0.01) and flag.wait(0.01)
+    flag._lock = _SetWhileHeld(flag)  # type: ignore[assignment]
+    assert flag.wait(0.01)  # raised RuntimeError (release unlocked lock) in the thread
+    assert flag.wait(0.01)
 
 
 def test_set_from_another_thread_wakes_the_waiter() -> None:
