@@ -6,10 +6,7 @@ it works. The kernel knows: CPU time and bytes read and written by the rank and 
 descendants (/proc/<pid>/stat, /proc/<pid>/io), and a process waiting on the disk
 (state D). This is also how a starved heartbeat thread is told apart from a hung
 rank on an oversubscribed machine: the CPU the rank actually got counts, whether
-or not its heartbeat thread found the time to say so; and so does the time its main
-thread waited for a CPU (runnable, not running: /proc/<pid>/schedstat), which a rank
-blocked in a collective, a sleep or a lock never does. On a 2-core machine at load ~10
-two healthy ranks of a `--hang-timeout 2` job got no CPU for 2 s and were declared hung.
+or not its heartbeat thread found the time to say so.
 
 Rates, not any change: a hung rank still spends a little (its heartbeat thread
 writes a small record every interval; an idle helper process wakes up now and then).
@@ -27,8 +24,6 @@ CPU_SHARE = 0.05  # CPU seconds per wall second (5% of one core) that count as w
 CPU_FLOOR = 0.05  # and at least this many CPU seconds: one scheduler tick is noise
 IO_RATE = 64 * 1024  # bytes per wall second (a heartbeat record is ~1 KiB per interval)
 IO_FLOOR = 256 * 1024
-WAIT_SHARE = 0.05  # seconds the main thread waited for a CPU per wall second that count
-WAIT_FLOOR = 0.05  # and at least this long: a wake-up on a busy machine waits a little
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -40,7 +35,6 @@ class Usage:
     child_cpu: float  # seconds, its descendants: live ones, and the ones already reaped
     io: int  # bytes read + written (rchar + wchar: disk, pipes and sockets alike)
     on_disk: bool  # a process of the tree is in uninterruptible sleep (D): waiting on I/O
-    waited: float = 0.0  # seconds the rank's main thread was runnable but waited for a CPU
 
 
 def worked(before: Usage, now: Usage, elapsed: float, spins: bool) -> str | None:
@@ -59,9 +53,6 @@ def worked(before: Usage, now: Usage, elapsed: float, spins: bool) -> str | None
     io = now.io - before.io
     if io >= max(IO_FLOOR, IO_RATE * elapsed):
         return f"{io} bytes of I/O"
-    waited = now.waited - before.waited
-    if not spins and waited >= max(WAIT_FLOOR, WAIT_SHARE * elapsed):
-        return f"{waited:.2f} s waiting for a CPU (the machine is busier than its cores)"
     return None
 
 
@@ -94,7 +85,7 @@ class ActivityWatch:
 
 def _went_back(before: Usage, now: Usage) -> bool:
     """A descendant left the tree (reparented to us, or reaped by a process outside it)."""
-    return now.child_cpu < before.child_cpu or now.io < before.io or now.waited < before.waited
+    return now.child_cpu < before.child_cpu or now.io < before.io
 
 
 def sample(roots: Mapping[int, int]) -> dict[int, Usage]:
@@ -119,7 +110,6 @@ def sample(roots: Mapping[int, int]) -> dict[int, Usage]:
             child_cpu=reaped + sum(stats[pid][2] + stats[pid][3] for pid in tree),
             io=sum(_io(pid) for pid in (root, *tree)),
             on_disk=any(stats[pid][1] == b"D" for pid in (root, *tree)),
-            waited=_run_queue_wait(root),
         )
     return usage
 
@@ -149,21 +139,6 @@ def _read_stat(pid: int) -> tuple[int, bytes, float, float] | None:
         return int(fields[1]), fields[0], own, reaped
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _run_queue_wait(pid: int) -> float:
-    """Seconds the process's main thread has spent runnable but waiting for a CPU (the second
-    field of /proc/PID/schedstat, in ns; the main thread's only: the heartbeat thread wakes
-    every ~50 ms and waits on a busy machine even when the rank is hung); 0 if unreadable."""
-    try:
-        fd = os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)
-        try:
-            raw = os.read(fd, 256)
-        finally:
-            os.close(fd)
-        return int(raw.split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def _io(pid: int) -> int:
