@@ -77,7 +77,8 @@ def launcher_diagnosis(path: Path) -> tuple[float, float]:
     code = (
         "import sys, time, resource\n"
         "from pathlib import Path\n"
-        "from safelaunch.diagnose import from_log, read_tail\n"
+        "from safelaunch.diagnose import read_tail\n"
+        "from safelaunch.diagnose.errortext import from_log\n"
         "from safelaunch.diagnose.match import matches, non_finite_loss\n"
         "t = time.monotonic(); text = read_tail(Path(sys.argv[1]))\n"
         "matches(text, None); non_finite_loss(text); from_log(Path(sys.argv[1]), text)\n"

@@ -49,6 +49,10 @@ def main() -> None:
         if guarded:  # the CLI installs its own, where it finds the default
             signals.signal(signals.SIGTERM, signals.SIG_DFL)
     except (KeyboardInterrupt, _Stopped) as stop:
+        # a second Ctrl-C or SIGTERM while this ends: the default action, not a traceback
+        signals.signal(signals.SIGINT, signals.SIG_DFL)
+        if guarded:
+            signals.signal(signals.SIGTERM, signals.SIG_DFL)
         from safelaunch import exitcodes
 
         signum = signals.SIGINT if isinstance(stop, KeyboardInterrupt) else signals.SIGTERM

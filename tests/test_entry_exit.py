@@ -100,6 +100,17 @@ def test_sigterm_or_ctrl_c_while_the_cli_imports_is_one_line_and_the_signals_cod
         assert done.stderr == f"safelaunch: {said} before any rank started\n"
 
 
+def test_a_second_sigterm_while_it_ends_is_the_default_death_not_a_traceback() -> None:
+    """The first SIGTERM inside the CLI's import, a second one while entry ends (it imports
+    exitcodes then): the kernel's default, as a shell sees it: 143, no traceback."""
+    code = SIGNALLED_WHILE_IMPORTING.format(signal="SIGTERM").replace(
+        'if name == "safelaunch.cli":', 'if name in ("safelaunch.cli", "safelaunch.exitcodes"):'
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode in (-15, 143), done.stderr  # killed by it, or its code
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_an_ignored_sigterm_stays_ignored_while_the_cli_imports() -> None:
     """`nohup`-style: SIG_IGN inherited is kept (the launch then runs as before)."""
     code = (
