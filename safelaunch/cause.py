@@ -7,7 +7,7 @@ same words, whether the cause was seen live (report.py) or read back from logs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from safelaunch.diagnose.errortext import ErrorText
@@ -30,11 +30,21 @@ class CauseView:
     log: str | None = None
 
 
+def known_class_line(klass: str, signature_id: str, meaning: str) -> str:
+    """`  class: K (id): meaning`: a failure or hang whose signature is known."""
+    return f"  class: {klass} ({signature_id}): {meaning}"
+
+
+def next_lines(steps: Iterable[str]) -> list[str]:
+    """`  next:  ...`, one line per step."""
+    return [f"  next:  {step}" for step in steps]
+
+
 def cause_lines(view: CauseView) -> list[str]:
     """Its class and why, the error and where, the next steps and its log."""
     signature = view.signature
     if signature is not None:
-        lines = [f"  class: {view.klass} ({signature.id}): {signature.meaning}"]
+        lines = [known_class_line(view.klass, signature.id, signature.meaning)]
         lines.extend(f"  {line}" for line in view.leave_lines)
     elif view.error is not None:
         lines = [f"  class: {view.klass}: no known signature; the error below is the lead"]
@@ -59,7 +69,7 @@ def cause_lines(view: CauseView) -> list[str]:
         lines.append(
             "  then:  it crashed at exit (torch/Gloo teardown abort): the error above is the cause"
         )
-    lines.extend(f"  next:  {step}" for step in (signature.next_steps if signature else ())[:4])
+    lines.extend(next_lines((signature.next_steps if signature else ())[:4]))
     if view.log is not None:
         lines.append(f"  log:   {view.log}")
     return lines

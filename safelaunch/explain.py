@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from safelaunch.cause import CauseView, cause_lines, consequence_lines
+from safelaunch.cause import (
+    CauseView,
+    cause_lines,
+    consequence_lines,
+    known_class_line,
+    next_lines,
+)
 from safelaunch.diagnose import collectives
 from safelaunch.diagnose.errortext import last_lines
 from safelaunch.diagnose.layouts import LogSet, RankLog, load
@@ -90,8 +96,11 @@ def _hang_lines(report: dict[str, Any]) -> list[str]:
     signature, summary = diagnosis.get("signature"), diagnosis.get("summary")
     if culprits:
         lines.append(f"root cause: rank {','.join(map(str, culprits))} (hang)")
-        known = f" ({signature}): {summary}" if signature and summary else ""
-        lines.append(f"  class: {diagnosis.get('class')}{known}")
+        klass = str(diagnosis.get("class"))
+        known = signature and summary
+        lines.append(
+            known_class_line(klass, str(signature), str(summary)) if known else f"  class: {klass}"
+        )
         place = next(
             (g.get("location") for g in groups if set(g.get("ranks", [])) <= set(culprits)), None
         )
@@ -101,7 +110,7 @@ def _hang_lines(report: dict[str, Any]) -> list[str]:
     # a hang whose cause is known (uneven loops: data/sampling) has next steps, as live
     steps = diagnosis.get("next_steps") if signature else None
     if isinstance(steps, list):
-        lines.extend(f"  next:  {step}" for step in steps if isinstance(step, str))
+        lines.extend(next_lines(step for step in steps if isinstance(step, str)))
     return lines
 
 

@@ -114,8 +114,10 @@ def render_hang(
     else:
         lines.append(f"  {hang.reason}")
     if signature is not None:  # a hang whose cause is known (uneven loops: data/sampling)
-        lines.append(f"  class: {signature.klass} ({signature.id}): {signature.meaning}")
-        lines.extend(f"  next:  {step}" for step in signature.next_steps)
+        from safelaunch.cause import known_class_line, next_lines
+
+        lines.append(known_class_line(signature.klass, signature.id, signature.meaning))
+        lines.extend(next_lines(signature.next_steps))
     lines.extend(flight_lines(forensics))
     if hang.stacks_dir is not None:
         lines.append(f"  stacks: {shown_path(hang.stacks_dir)}/ (every thread of every rank)")

@@ -12,11 +12,13 @@ from safelaunch.runfiles import shown_path
 
 def render_verdict(verdict: Verdict) -> str:
     """What one isolation rerun proves, and where its logs are."""
+    from safelaunch.cause import next_lines  # a failure's: a job that succeeds never loads it
+
     ran = verdict.ran
     lines = [f"ISOLATION {ran.purpose} ({ran.duration:.1f} s): {verdict.kind.value}"]
     lines.append(f"  {verdict.headline}")
     lines.extend(f"  {detail}" for detail in verdict.details)
-    lines.extend(f"  next:  {step}" for step in verdict.next_steps[:5])
+    lines.extend(next_lines(verdict.next_steps[:5]))
     lines.append(f"  logs:  {shown_path(ran.attempt_dir)}")
     return "\n".join(lines)
 
