@@ -53,13 +53,11 @@ def main() -> None:
         signals.signal(signals.SIGINT, signals.SIG_DFL)
         if guarded:
             signals.signal(signals.SIGTERM, signals.SIG_DFL)
-        from safelaunch import exitcodes
+        from safelaunch.early import stop_before_ranks
 
-        signum = signals.SIGINT if isinstance(stop, KeyboardInterrupt) else signals.SIGTERM
-        said = "interrupted" if signum == signals.SIGINT else "stopped by SIGTERM"
-        if sys.stderr is not None:  # None: started with stderr closed
-            sys.stderr.write(f"safelaunch: {said} before any rank started\n")
-        sys.exit(exitcodes.for_signal(signum))
+        stop_before_ranks(
+            signals.SIGINT if isinstance(stop, KeyboardInterrupt) else signals.SIGTERM
+        )
     try:
         cli_main()
     except SystemExit as done:

@@ -257,9 +257,8 @@ def test_only_the_cli_exits_and_never_with_a_bare_number() -> None:
                     where for t in node.targets if ast.unparse(t).split(".")[-1] == "exit_code"
                 ]
     assert exits == {
-        # Ctrl-C or SIGTERM before the launcher's handlers
-        "cli/__init__.py": ["sys.exit(exitcodes.for_signal(stop.signum))"],
         "cli/commands.py": ["sys.exit(code)"],  # finish
-        "entry.py": ["sys.exit(exitcodes.for_signal(signum))"],  # Ctrl-C or SIGTERM: importing
+        # Ctrl-C or SIGTERM before any rank started (entry.py's and the CLI's windows)
+        "early.py": ["sys.exit(exitcodes.for_signal(signum))"],
     }
     assert literal_codes == []

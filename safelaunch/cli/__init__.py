@@ -7,11 +7,9 @@ exit codes; main() picks the command.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 
-from safelaunch import exitcodes
 from safelaunch.cli.commands import (
     doctor_command,
     explain_command,
@@ -20,6 +18,7 @@ from safelaunch.cli.commands import (
     settled,
     status_command,
 )
+from safelaunch.early import stop_before_ranks
 
 __all__ = [
     "doctor_command",
@@ -61,10 +60,7 @@ def main() -> None:
     try:
         launch_command(sys.argv[1:])
     except EarlyInterrupt as stop:
-        said = "interrupted" if stop.signum == signal.SIGINT else "stopped by SIGTERM"
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # None: stderr closed
-            sys.stderr.write(f"safelaunch: {said} before any rank started\n")
-        sys.exit(exitcodes.for_signal(stop.signum))
+        stop_before_ranks(stop.signum)
 
 
 SUBCOMMANDS = {
