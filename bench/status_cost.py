@@ -57,7 +57,7 @@ def main() -> None:
         job.wait()
         run = (work / "logs" / "latest").resolve()
         report = json.loads((run / "attempt_0" / "report.json").read_text())
-        from safelaunch.runfiles import write_file
+        from safelaunch.rundir.writing import write_file
         from safelaunch.view import write_views
 
         draws = []

@@ -18,7 +18,8 @@ from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.preflight import PreflightReport
-from safelaunch.runfiles import shown_path, write_file
+from safelaunch.rundir import report_file
+from safelaunch.rundir.writing import shown_path, write_file
 from safelaunch.supervisor import PeerWatch, SignalReceiver
 from safelaunch.supervisor.loop import supervise
 
@@ -107,11 +108,11 @@ def run_attempt(
         exit_line = _say_summary(session, outcome, diagnosis, logs_ok)
     max_restarts = session.config.max_restarts if plan.rerun is None else 0
     report = report_record(outcome, diagnosis, plan.run.run_id, max_restarts, history)
-    written = write_report(outcome.attempt_dir / "report.json", report)
+    written = write_report(report_file.report(outcome.attempt_dir), report)
     if not written and plan.rerun is None:  # a rerun's verdict is in the job's report
         # A full disk (or a log directory gone): the report is not lost, it is printed.
         session.console.say(
-            f"cannot write {shown_path(outcome.attempt_dir / 'report.json')}; the report: "
+            f"cannot write {shown_path(report_file.report(outcome.attempt_dir))}; the report: "
             + json.dumps(report, default=str),
             "warning",
         )

@@ -7,6 +7,8 @@ TORCH_DISTRIBUTED_DEBUG=DETAIL: with torch 2.13 it crashes while constructing DD
 
 from __future__ import annotations
 
+from safelaunch.rundir import flight_file, rank_logs
+
 PROFILES: dict[str, tuple[tuple[str, str, str], ...]] = {
     # torchrun's own defaults only
     "quiet": (),
@@ -14,9 +16,9 @@ PROFILES: dict[str, tuple[tuple[str, str, str], ...]] = {
     # flight recorder sized and dumped next to the logs on a timeout
     "default": (
         ("NCCL_DEBUG", "INFO", "NCCL's detail, into a file per rank"),
-        ("NCCL_DEBUG_FILE", "{attempt}/nccl-rank{rank}.%h.%p.log", "NCCL's log per rank"),
+        ("NCCL_DEBUG_FILE", rank_logs.NCCL_LOG, "NCCL's log per rank"),
         ("TORCH_FR_BUFFER_SIZE", "2000", "flight recorder: the last 2000 collectives"),
-        ("TORCH_FR_DUMP_TEMP_FILE", "{attempt}/flight-rank", "flight recorder dumps here"),
+        ("TORCH_FR_DUMP_TEMP_FILE", flight_file.TORCH_DUMP, "flight recorder dumps here"),
         ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder on an NCCL timeout"),
     ),
 }

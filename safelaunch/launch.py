@@ -24,7 +24,8 @@ from safelaunch.exitcodes import signal_name
 from safelaunch.lint.report import lint_banner
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
-from safelaunch.runfiles import shown_path, write_file
+from safelaunch.rundir import layout, rank_logs, report_file
+from safelaunch.rundir.writing import shown_path, write_file
 from safelaunch.slurm import in_step
 from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open_attempt_logs
 
@@ -40,7 +41,7 @@ def new_run(config: LaunchConfig) -> RunIdentity:
         run_id=run_id,
         run_dir=config.log_dir.resolve() / run_id,
         token=os.urandom(16).hex(),
-        private_dir=Path(tempfile.mkdtemp(prefix=f"safelaunch-{run_id}-")),  # mode 0700
+        private_dir=Path(tempfile.mkdtemp(prefix=f"{layout.PRIVATE_PREFIX}{run_id}-")),  # 0700
         launcher_pid=os.getpid(),
     )
 
@@ -49,9 +50,9 @@ def point_latest(log_dir: Path, run_id: str) -> None:
     """<log-dir>/latest -> this run, for the 3 a.m. `cd safelaunch_logs/latest`."""
     with contextlib.suppress(OSError):
         log_dir.mkdir(parents=True, exist_ok=True)
-        temporary = log_dir / f".latest-{run_id}"
+        temporary = log_dir / f".{layout.LATEST}-{run_id}"
         temporary.symlink_to(run_id)
-        os.replace(temporary, log_dir / "latest")
+        os.replace(temporary, layout.latest(log_dir))
 
 
 def banner(
@@ -72,14 +73,10 @@ def banner(
         f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}"
     ]
     if logs_ok:
-        lines.append(
-            f"logs: {where}/rank{{{first}..{last}}}.log"
-            if last > first
-            else f"logs: {where}/rank{first}.log"
-        )
+        lines.append(f"logs: {rank_logs.log_pattern(Path(where), first, last)}")
     lines.extend(preflight.gpu_lines)
     if plan.env_choices:
-        run_dir = str(plan.run.run_dir / "attempt_{n}")
+        run_dir = layout.attempt_pattern(plan.run.run_dir)
         chosen = ", ".join(
             f"{c.name}={c.value.replace(run_dir, '<attempt dir>')}" for c in plan.env_choices
         )
@@ -148,7 +145,7 @@ def user_table(path: str | None) -> Sequence[Signature] | None:
 
 def _views(run_dir: Path) -> None:
     """report.html and timeline.json for the whole run; never a reason to fail it."""
-    if not (run_dir / "attempt_0" / "report.json").exists():
+    if not report_file.report(layout.attempt_dir(run_dir, 0)).exists():
         return  # nothing ran (stopped before the first attempt)
     from safelaunch.view import write_views
 
@@ -223,7 +220,7 @@ def _say_in_attempt_log(console: Console, plan: LaunchPlan, text: str) -> None:
     """Say it, and append it to the attempt's launcher.log (reruns had logs of their own)."""
     with contextlib.suppress(OSError):
         flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-        console.attach_log(os.open(plan.attempt_dir / "launcher.log", flags))
+        console.attach_log(os.open(rank_logs.launcher_log(plan.attempt_dir), flags))
     try:
         console.say(text)
     finally:

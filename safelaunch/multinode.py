@@ -17,6 +17,7 @@ from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.exitcodes import signal_name
 from safelaunch.preflight import PreflightReport
+from safelaunch.rundir import report_file
 from safelaunch.slurm import node_name
 from safelaunch.supervisor import SignalReceiver
 
@@ -89,7 +90,7 @@ def conclude(
     if job.lines:  # its "exit code" line is the caller's: the last line printed
         console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
     report["job"] = job_record(place, job)
-    write_report(outcome.attempt_dir / "report.json", report)
+    write_report(report_file.report(outcome.attempt_dir), report)
     return job
 
 

@@ -18,13 +18,21 @@ from safelaunch.debugenv import PROFILES
 from safelaunch.preflight import PreflightReport
 from safelaunch.rank import names
 from safelaunch.rendezvous import Placement
+from safelaunch.rundir import (
+    comm_file,
+    flight_file,
+    heartbeat_file,
+    layout,
+    ledger_file,
+    rank_logs,
+    stack_files,
+)
 
 TOKEN_VAR = "SAFELAUNCH_RUN_TOKEN"  # lets the sweep find descendants that left our tree
 ATTEMPT_DIR_VAR = "SAFELAUNCH_ATTEMPT_DIR"
 # Asks a rank's faulthandler for every thread's stack. A real-time signal, because
 # SIGUSR1/2 are often the user's own (SLURM --signal) and would stop doing their job.
 DUMP_SIGNAL = signal.SIGRTMIN + 4
-FLIGHT_DIR = "flight"  # in the attempt directory: each rank's flight record, on demand
 GLOO_TIMEOUT_FACTOR = 4  # a Gloo rerun's collectives are slower: the user's timeouts stretch
 
 
@@ -151,7 +159,7 @@ def shared_env(
         default("OMP_NUM_THREADS", "1", f"unset, and {nproc} ranks share this host")
     default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "torchrun's default")
     default("PYTHONUNBUFFERED", "1", "live output")
-    attempt_dir = str(run.run_dir / "attempt_{n}")
+    attempt_dir = layout.attempt_pattern(run.run_dir)
     for name, value, reason in PROFILES[config.debug_profile]:
         # {rank} stays a placeholder here and is filled in by rank_env
         default(name, value.replace("{attempt}", attempt_dir), reason)
@@ -219,18 +227,18 @@ def rank_env(
         }
     )
     heartbeat_dir = run.private_dir / attempt_dir.name
-    env[names.COMM_FILE] = str(attempt_dir / f"rank{rank}.comm.json")
+    env[names.COMM_FILE] = str(comm_file.path(attempt_dir, rank))
     if rerun is not None:
         env[names.RERUN] = rerun.name
         env.update(rerun.env)
         if rerun.gloo:
             env[names.FORCE_GLOO] = "1"
             env[names.TIMEOUT_FACTOR] = str(GLOO_TIMEOUT_FACTOR)
-            env[names.COLLECTIVES_FILE] = str(attempt_dir / f"rank{rank}.collectives.log")
+            env[names.COLLECTIVES_FILE] = str(attempt_dir / ledger_file.name(rank))
     env[names.LAUNCHER_PID] = str(run.launcher_pid)
     env[names.DUMP_SIGNAL] = str(int(DUMP_SIGNAL))
-    env[names.STACKS_FILE] = str(heartbeat_dir / f"rank{rank}.stacks")
-    env[names.FLIGHT_DIR] = str(attempt_dir / FLIGHT_DIR)
+    env[names.STACKS_FILE] = str(stack_files.dump_file(heartbeat_dir, rank))
+    env[names.FLIGHT_DIR] = str(flight_file.directory(attempt_dir))
     if config.hang_timeout > 0:
         env[names.HEARTBEAT_DIR] = str(heartbeat_dir)
         env[names.HEARTBEAT_INTERVAL] = str(heartbeat_interval(config.hang_timeout))
@@ -267,7 +275,7 @@ def build_plan(
 
     A rerun repeats `attempt` (same arguments, same restart count) in its own directory.
     """
-    name = rerun.name if rerun is not None else f"attempt_{attempt}"
+    name = rerun.name if rerun is not None else layout.attempt_name(attempt)
     attempt_dir = run.run_dir / name
     heartbeat_dir = run.private_dir / name
     nproc = rerun.nproc if rerun is not None and rerun.nproc else preflight.nproc
@@ -277,7 +285,7 @@ def build_plan(
     workers = []
     for local_rank in range(nproc):
         rank = (placement.base_rank if placement else 0) + local_rank
-        error_file = attempt_dir / f"rank{rank}.error.json"
+        error_file = rank_logs.error_file(attempt_dir, rank)
         workers.append(
             WorkerSpec(
                 rank=rank,
@@ -295,12 +303,12 @@ def build_plan(
                     rerun,
                     placement,
                 ),
-                log_path=attempt_dir / f"rank{rank}.log",
+                log_path=rank_logs.log(attempt_dir, rank),
                 error_file=error_file,
                 console_streams=console_streams(config, local_rank),
                 bootstrapped=bootstrapped,
-                heartbeat_file=heartbeat_dir / f"rank{rank}.json",
-                stacks_file=heartbeat_dir / f"rank{rank}.stacks",
+                heartbeat_file=heartbeat_file.path(heartbeat_dir, rank),
+                stacks_file=stack_files.dump_file(heartbeat_dir, rank),
             )
         )
     filters = {STD_OUT: config.duplicate_stdout_filters, STD_ERR: config.duplicate_stderr_filters}

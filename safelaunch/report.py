@@ -18,7 +18,7 @@ from safelaunch.outcome import (
     Outcome,
     RankResult,
 )
-from safelaunch.runfiles import shown_path, write_file
+from safelaunch.rundir.writing import shown_path, write_file
 from safelaunch.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # only for multi-node jobs

@@ -15,7 +15,7 @@ from conftest import cli, worker
 
 from safelaunch import exitcodes
 from safelaunch.preflight import ports
-from safelaunch.runfiles import write_file
+from safelaunch.rundir.writing import write_file
 
 PRECIOUS = "root's own file\n"
 
@@ -101,7 +101,7 @@ def test_a_full_disk_leaves_no_temporary_behind(tmp_path: Path) -> None:
     code = (
         "import resource, signal, sys\n"
         "from pathlib import Path\n"
-        "from safelaunch.runfiles import write_file\n"
+        "from safelaunch.rundir.writing import write_file\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))\n"
         "sys.exit(0 if not write_file(Path(sys.argv[1]) / 'report.json', 'x' * 4096) else 1)\n"

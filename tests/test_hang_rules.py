@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.activity import ActivityWatch, Usage, worked
 from safelaunch.supervisor.hang import (
     RENDEZVOUS_ALLOWANCE,
     STARTUP_ALLOWANCE,
-    Beat,
     RankProgress,
     is_hung,
     last_progress,

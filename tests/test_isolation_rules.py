@@ -16,7 +16,8 @@ from safelaunch.isolation.evidence import (
 from safelaunch.isolation.reruns import transport_reruns
 from safelaunch.plan import Timebox
 from safelaunch.rank.swap import describe, gloo_backend
-from safelaunch.supervisor.hang import Beat, passed_point
+from safelaunch.rundir.heartbeat_file import Beat
+from safelaunch.supervisor.hang import passed_point
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The rank's own JSON writer gives json.dumps's text (safelaunch/rank/jsontext.py).
+"""The rank's own JSON writer gives json.dumps's text (safelaunch/rundir/jsontext.py).
 
 The launcher reads these records with json.loads; the writer exists only so that a rank
 need not import json (and re) at start.
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from safelaunch.rank.jsontext import dumps
+from safelaunch.rundir.jsontext import dumps
 
 
 class Number(enum.IntEnum):

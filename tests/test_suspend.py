@@ -20,8 +20,8 @@ from conftest import console_lines, marked_processes, start, wait_for
 from test_supervisor_replay import FakeClock  # a sleep moves its wall_offset only
 
 from safelaunch.diagnose.hang import _group, silent_for
+from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.hang import (
-    Beat,
     HangEvidence,
     RankProgress,
     Unseen,

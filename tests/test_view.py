@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_report_html import _select
 
-from safelaunch.runfiles import write_file
+from safelaunch.rundir.writing import write_file
 from safelaunch.view import write_views
 
 T0 = 1_800_000_000.0

@@ -22,11 +22,11 @@ from typing import Any, Literal, TypeVar, get_args
 from safelaunch.diagnose.hang import HangAnalysis
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.outcome import Outcome
+from safelaunch.rundir import flight_file, layout
 from safelaunch.supervisor.signals import stop_requested
 from safelaunch.vocab import word_of
 
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
-FLIGHT_DIR = "flight"  # in an attempt directory (plan.FLIGHT_DIR)
 
 Kind = Literal["missing", "mismatch", "unrecorded"]
 WaitKind = Literal["send/send", "recv/recv", "unanswered"]  # flightcheck.py writes these
@@ -146,16 +146,6 @@ def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
     )
 
 
-def record_files(attempt_dir: Path) -> list[Path]:
-    """safelaunch's records (flight/) and torch's own dumps (TORCH_FR_DUMP_TEMP_FILE<rank>)."""
-    try:
-        ours = sorted((attempt_dir / FLIGHT_DIR).glob("rank*.json"))
-        torchs = sorted(p for p in attempt_dir.glob(f"{FLIGHT_DIR}-rank*") if p.suffix == "")
-    except OSError:
-        return []
-    return ours + torchs
-
-
 _TORCH_DUMP = re.compile(r"rank_?\d+$")  # TORCH_FR_DUMP_TEMP_FILE's default: nccl_trace_rank_<N>
 SEARCH_LIMIT = 10_000  # directory entries looked at by explain
 
@@ -171,7 +161,7 @@ def records_under(directory: Path) -> list[Path]:
     for seen, path in enumerate(walk(directory)):  # bounded, links not followed
         if seen >= SEARCH_LIMIT:
             break
-        ours = path.parent.name == FLIGHT_DIR and path.suffix == ".json"
+        ours = flight_file.is_ours(path)
         torchs = not path.suffix and _TORCH_DUMP.search(path.name) is not None
         if (ours or torchs) and path.is_file() and inside(directory, path):
             attempt = path.parent.parent if ours else path.parent
@@ -184,9 +174,8 @@ def records_under(directory: Path) -> list[Path]:
 
 def _attempt_number(directory: Path) -> int:
     """N for the job's attempt_N; -1 for anything else (an isolation rerun: isolate_gloo)."""
-    number = directory.name.removeprefix("attempt_")
-    named = directory.name.startswith("attempt_") and number.isascii() and number.isdigit()
-    return int(number) if named else -1
+    number = layout.attempt_number(directory.name)
+    return -1 if number is None else number
 
 
 def _mtime(path: Path) -> float:
@@ -198,7 +187,7 @@ def _mtime(path: Path) -> float:
 
 def explain_lines(where: Path) -> list[str]:
     """explain's section on the flight records found below `where`."""
-    latest = where / "latest"  # a log directory: its latest run, as explain reads its logs
+    latest = layout.latest(where)  # a log directory: its latest run, as explain reads its logs
     if latest.is_dir() and inside(where, latest):
         where = latest.resolve()
     files = records_under(where) if where.is_dir() else []
@@ -236,8 +225,9 @@ def whereabouts(outcome: Outcome, hang: HangAnalysis | None) -> dict[int, str]:
 
 def for_attempt(outcome: Outcome, hang: HangAnalysis | None) -> Forensics | None:
     """The attempt's flight records, compared and joined with the stack verdict."""
-    directory = outcome.attempt_dir / FLIGHT_DIR
-    return examine(record_files(outcome.attempt_dir), whereabouts(outcome, hang), directory)
+    directory = flight_file.directory(outcome.attempt_dir)
+    files = flight_file.record_files(outcome.attempt_dir)
+    return examine(files, whereabouts(outcome, hang), directory)
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:

@@ -14,7 +14,8 @@ from safelaunch.diagnose.pytypes import RANK_LEFT_EARLY
 from safelaunch.diagnose.reading import read_tail
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.outcome import Outcome
-from safelaunch.supervisor import Beat, HangEvidence
+from safelaunch.rundir.heartbeat_file import Beat
+from safelaunch.supervisor import HangEvidence
 from safelaunch.supervisor.hang import is_stale
 
 _DISTRIBUTED = "torch/distributed/"

@@ -23,6 +23,7 @@ from safelaunch.diagnose.frames import LINE_PREFIX
 from safelaunch.diagnose.leaving import Leave, leave_from_record
 from safelaunch.diagnose.reading import inside, read_combined, read_stream, read_tail, walk
 from safelaunch.errors import SafelaunchError
+from safelaunch.rundir import layout, rank_logs, report_file
 
 # safelaunch's own line on each node of a multi-node job: which host is node N
 _NODE_HOST = re.compile(r"^safelaunch: node (\d+) of \d+ \(([^)]*)\)")
@@ -86,7 +87,7 @@ def _numbered(directory: Path, prefix: str, suffix: str = "") -> list[Path]:
 
 def _report(attempt: Path) -> dict[str, Any]:
     try:
-        record = json.loads(read_tail(attempt / "report.json", REPORT_LIMIT))
+        record = json.loads(read_tail(report_file.report(attempt), REPORT_LIMIT))
     except ValueError:
         return {}
     return record if isinstance(record, dict) else {}
@@ -106,12 +107,12 @@ def _ended(entry: dict[str, Any]) -> tuple[bool | None, int | None, int | None]:
 
 
 def _safelaunch(directory: Path) -> LogSet | None:
-    latest = directory / "latest"
+    latest = layout.latest(directory)
     if latest.is_dir() and inside(directory, latest):  # never a link out of the tree
         directory = latest.resolve()
-    attempts = _numbered(directory, "attempt_")
+    attempts = _numbered(directory, layout.ATTEMPT_PREFIX)
     attempt = attempts[-1] if attempts else directory
-    logs = _numbered(attempt, "rank", ".log")
+    logs = _numbered(attempt, rank_logs.LOG_PREFIX, rank_logs.LOG_SUFFIX)
     if not logs:
         return None
     report = _report(attempt)
@@ -143,9 +144,7 @@ def _torchrun(directory: Path) -> LogSet | None:
         p.parent.parent
         for p in walk(directory)
         if p.name == "stdout.log"
-        and p.parent.parent.name.startswith("attempt_")
-        and p.parent.parent.name[8:].isdigit()
-        and p.parent.parent.name[8:].isascii()
+        and layout.attempt_number(p.parent.parent.name) is not None  # torchrun's too
     }
     attempts = sorted(found, key=lambda p: int(p.name[8:]))
     if not attempts:

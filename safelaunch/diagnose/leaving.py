@@ -3,20 +3,20 @@
 A rank that returns, calls sys.exit or skips destroy_process_group while the others
 are still in collectives is the root cause whatever its exit code: the survivors only
 see "Connection closed by peer" or a store error, which are consequences. The rank
-writes `rank<N>.exit.json` on its way out (safelaunch/rank/bootstrap.py); its last
+writes its exit record on its way out (safelaunch/rundir/exit_file.py); its last
 heartbeat record says how many collectives it and the others had issued.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from safelaunch.diagnose.frames import user_frame
-from safelaunch.supervisor.hang import read_beat
+from safelaunch.rundir import exit_file, heartbeat_file
+from safelaunch.rundir.exit_file import ExitRecord
 
 DESTROYED = "destroy_process_group"  # the record's `how` while the rank still ran
 
@@ -35,17 +35,14 @@ class Leave:
     left_at: int | None = None
 
 
-def _leave(rank: int, record: Mapping[str, Any]) -> Leave:
-    frames = [(str(f), int(n), str(fn)) for f, n, fn in record.get("frames") or []]
-    code = record.get("code")
-    seq = record.get("seq")
+def _leave(record: ExitRecord) -> Leave:
     return Leave(
-        rank=rank,
-        how=str(record.get("how", "returned")),
-        code=code if isinstance(code, (int, str)) else None,
-        location=user_frame(frames, also_skip=("<string>",)),
-        seq=seq if isinstance(seq, int) else None,
-        left_at=_count(record.get("left_at")),
+        rank=record.rank,
+        how=record.how,
+        code=record.code,
+        location=user_frame(list(record.frames), also_skip=("<string>",)),
+        seq=record.seq,
+        left_at=record.left_at,
     )
 
 
@@ -63,19 +60,8 @@ def _count(value: object) -> int | None:
 
 
 def read_leaves(heartbeat_dir: Path | None) -> dict[int, Leave]:
-    """Every `rank<N>.exit.json` the ranks wrote; empty when there are none."""
-    found: dict[int, Leave] = {}
-    if heartbeat_dir is None:
-        return found
-    for path in heartbeat_dir.glob("rank*.exit.json"):
-        try:
-            rank = int(path.name[4:].split(".")[0])
-            record = json.loads(path.read_bytes())
-            if isinstance(record, dict):
-                found[rank] = _leave(rank, record)
-        except (OSError, ValueError, TypeError):
-            continue
-    return found
+    """Every exit record the ranks wrote; empty when there are none."""
+    return {rank: _leave(record) for rank, record in exit_file.read_all(heartbeat_dir).items()}
 
 
 def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
@@ -84,7 +70,7 @@ def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
     if heartbeat_dir is None:
         return seqs
     for rank in ranks:
-        beat = read_beat(rank, heartbeat_dir / f"rank{rank}.json")
+        beat = heartbeat_file.read(rank, heartbeat_file.path(heartbeat_dir, rank))
         if beat is not None and isinstance(beat.seq, int):
             seqs[rank] = beat.seq
     return seqs

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safelaunch.rundir import flight_file
+
 MIN_COLLECTIVES = 8  # fewer compared collectives say nothing
 LAST_SHARE = 0.75  # last at least this share of them (2 balanced ranks: ~2% by chance at 20)
 MATERIAL = 0.05  # and the others wait for it at least this share of the time
@@ -63,14 +65,7 @@ class Arrivals:
 
 def read_records(directory: Path) -> dict[int, Record]:
     """rank -> the record it wrote (safelaunch's JSON records only)."""
-    records: dict[int, Record] = {}
-    for path in sorted(directory.glob("rank*.json")):
-        try:
-            record = json.loads(path.read_bytes())
-            records[int(record["safelaunch"]["rank"])] = record
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return records
+    return {rank: dict(record) for rank, record in flight_file.read_ours(directory).items()}
 
 
 def _members(records: Mapping[int, Record]) -> dict[str, list[int]]:
@@ -251,4 +246,4 @@ def record(arrivals: Arrivals | None) -> dict[str, Any] | None:
 
 def for_attempt(attempt_dir: Path) -> Arrivals | None:
     """The attempt's arrival analysis from the ranks' flight records."""
-    return analyse(read_records(attempt_dir / "flight"))
+    return analyse(read_records(flight_file.directory(attempt_dir)))

@@ -18,7 +18,8 @@ from safelaunch.isolation.verdicts import Seen, Verdict, judge
 from safelaunch.outcome import INTERRUPTED
 from safelaunch.plan import LaunchPlan, build_plan
 from safelaunch.report import write_report
-from safelaunch.runfiles import shown_path
+from safelaunch.rundir import report_file
+from safelaunch.rundir.writing import shown_path
 from safelaunch.supervisor import open_attempt_logs
 
 
@@ -64,7 +65,7 @@ def isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
             notes.append(f"interrupted during the rerun {purpose}: later reruns skipped")
             break
     job.report["isolation"] = isolation_record(decision, verdicts, notes)
-    write_report(job.outcome.attempt_dir / "report.json", job.report)
+    write_report(report_file.report(job.outcome.attempt_dir), job.report)
 
 
 def _rerun(session: Session, plan: LaunchPlan, job: Seen, planned: Planned) -> Verdict:

@@ -1,14 +1,13 @@
 """What the ranks' files say, read in one place for the verdicts, which read nothing.
 
-Three kinds of file matter: each rank's backend record (rank<N>.comm.json: what it asked
+Three kinds of file matter: each rank's backend record (rundir/comm_file.py: what it asked
 init_process_group for, what it got, whether it built a DDP model), the Gloo rerun's
-ledger of collectives (rank<N>.collectives.log) and the end of the root cause's log.
+ledger of collectives (rundir/ledger_file.py) and the end of the root cause's log.
 Reading is here; comparing ledgers is pure (collective_mismatch, collective_lag).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,8 @@ from safelaunch.diagnose import Diagnosis, read_tail
 from safelaunch.isolation.policy import Backend, backend_of
 from safelaunch.outcome import Outcome
 from safelaunch.plan import LaunchPlan
-from safelaunch.supervisor.hang import Beat, read_beat
+from safelaunch.rundir import comm_file, heartbeat_file, ledger_file
+from safelaunch.rundir.heartbeat_file import Beat
 
 # One rank's ledger: collective number -> (op, what it was called with: dtype, shape)
 Ledger = Mapping[int, tuple[str, str]]
@@ -69,56 +69,27 @@ def read_rank_files(outcome: Outcome, diagnosis: Diagnosis) -> RankFiles:
 
 def read_beats(plan: LaunchPlan) -> list[Beat | None]:
     """Each rank's last heartbeat: how far the attempt got (see reruns.failure_point)."""
-    return [read_beat(w.rank, w.heartbeat_file) for w in plan.workers]
+    return [heartbeat_file.read(w.rank, w.heartbeat_file) for w in plan.workers]
 
 
 def read_comm(attempt_dir: Path) -> CommUse:
-    """What the ranks' rank<N>.comm.json files say (absent: the job never initialised)."""
-    requested, used, swapped, initialised, ddp = set(), set(), False, False, False
-    attempted = False
-    for path in sorted(attempt_dir.glob("rank*.comm.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        attempted = True
-        initialised = initialised or record.get("used") is not None  # written after init
-        ddp = ddp or bool(record.get("ddp"))
-        if record.get("requested") is not None:
-            requested.add(str(record["requested"]).lower())
-        if record.get("used") is not None:
-            used.add(str(record["used"]).lower())
-        swapped = swapped or bool(record.get("swapped"))
+    """What the ranks' backend records say (none: the job never initialised)."""
+    records = comm_file.read_all(attempt_dir).values()
+    requested = {r.requested.lower() for r in records if r.requested is not None}
+    used = {r.used.lower() for r in records if r.used is not None}
     return CommUse(
         requested=tuple(sorted(requested)),
         used=tuple(sorted(used)),
-        swapped=swapped,
-        initialised=initialised,
-        ddp=ddp,
-        attempted=attempted,
+        swapped=any(r.swapped for r in records),
+        initialised=bool(used),  # `used` is written once init returned
+        ddp=any(r.ddp for r in records),
+        attempted=bool(records),
     )
 
 
 def read_ledgers(attempt_dir: Path) -> dict[int, Ledger]:
-    """Every rank's rank<N>.collectives.log (written in the Gloo rerun only)."""
-    ledgers: dict[int, Ledger] = {}
-    for path in attempt_dir.glob("rank*.collectives.log"):
-        digits = path.name.removeprefix("rank").split(".", 1)[0]
-        if digits.isdigit():
-            ledgers[int(digits)] = _ledger(path)
-    return ledgers
-
-
-def _ledger(path: Path) -> dict[int, tuple[str, str]]:
-    entries = {}
-    try:
-        for line in path.read_text(errors="replace").splitlines():
-            number, op, what = [*line.split("\t"), "", ""][:3]
-            if number.isdigit():
-                entries[int(number)] = (op, what)
-    except OSError:
-        pass
-    return entries
+    """Every rank's ledger of collectives (written in the Gloo rerun only)."""
+    return dict(ledger_file.read_all(attempt_dir))
 
 
 def _ranks_label(ranks: Sequence[int]) -> str:

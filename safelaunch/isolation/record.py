@@ -7,7 +7,7 @@ from typing import Any
 
 from safelaunch.isolation.policy import Decision
 from safelaunch.isolation.verdicts import Verdict
-from safelaunch.runfiles import shown_path
+from safelaunch.rundir.writing import shown_path
 
 
 def render_verdict(verdict: Verdict) -> str:

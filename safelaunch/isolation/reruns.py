@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from safelaunch.isolation.evidence import CommUse
 from safelaunch.isolation.policy import Decision
 from safelaunch.plan import Rerun, Timebox
-from safelaunch.supervisor.hang import Beat
+from safelaunch.rundir.heartbeat_file import Beat
 
 TIME_FACTOR = 3.0  # with no step or collective count known: rerun this many times as long
 MIN_RUN = 10.0  # ... and at least this long

@@ -20,9 +20,9 @@ import sys
 import time
 
 from safelaunch.rank import names
-from safelaunch.rank.jsontext import dumps
 from safelaunch.rank.lean import Flag, Lock, get_ident, start_thread, suppress
 from safelaunch.rank.phases import Phases
+from safelaunch.rundir import exit_file, heartbeat_file
 
 TYPE_CHECKING = False  # `types` and `typing` cost every rank at start; only mypy needs them
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ _left: tuple[int | None, list[tuple[str, int, str]]] | None = None
 
 
 class Beater:
-    """Writes `<dir>/rank<N>.json` every `interval` seconds, from its own thread."""
+    """Writes the rank's heartbeat record (rundir/heartbeat_file.py) every `interval` seconds,
+    from its own thread."""
 
     def __init__(self, path: str, interval: float, main_ident: int) -> None:
         self.step: int | None = None
@@ -121,21 +122,19 @@ class Beater:
         spins = _spin_waits()
         if fingerprint != self._fingerprint or (busy and not spins):
             self._fingerprint, self._since = fingerprint, now
-        record = {
-            "version": 1,
-            "pid": os.getpid(),
-            "time": now,
-            "since": self._since,  # when the stack, step or collective count last changed
-            "frames": frames[:FRAMES_KEPT],  # innermost first: [file, line, function]
-            "depth": len(frames),
-            "step": self.step,
-            "seq": seq,
-            "busy": busy,
-            "cost": self.cost,  # CPU seconds the heartbeat thread has used so far
-            "spins": spins,  # the launcher then ignores this process's own CPU time too
-            "optimizer_steps": optimizer_steps(),  # the step when none is reported (status)
-        }
-        write_atomically(self._path, record)
+        heartbeat_file.write(
+            self._path,
+            since=self._since,  # when the stack, step or collective count last changed
+            now=now,
+            frames=frames[:FRAMES_KEPT],  # innermost first: [file, line, function]
+            depth=len(frames),
+            step=self.step,
+            seq=seq,
+            busy=busy,
+            cost=self.cost,  # CPU seconds the heartbeat thread has used so far
+            spins=spins,
+            optimizer_steps=optimizer_steps(),  # the step when none is reported (status)
+        )
 
     def _busy(self, now: float) -> bool:
         """Did the main thread compute since the last sample?"""
@@ -149,16 +148,9 @@ class Beater:
         return last is not None and cpu - last[1] >= BUSY * max(now - last[0], 1e-6)
 
 
-def write_atomically(path: str, record: dict[str, object]) -> None:
-    """Replace `path` with the JSON record: a reader sees the old one or the new one, whole."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as out:
-        out.write(dumps(record))  # not json: it would cost every rank `re` at start
-    os.replace(temporary, path)
-
-
 def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> None:
-    """Write `rank<N>.exit.json` beside the heartbeat record: how, where and when it left.
+    """Write the exit record (rundir/exit_file.py) beside the heartbeat record: how, where
+    and when it left.
 
     A rank that destroyed its default group earlier left the collectives there: the
     record keeps that place and count (`left_at`), whatever ends the process later.
@@ -167,22 +159,24 @@ def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> No
     if not directory:
         return
     seq = collective_sequence()
-    record: dict[str, object] = {
-        "how": how,
-        "code": code if isinstance(code, int) or code is None else str(code),
-        "frames": frames[:FRAMES_KEPT],  # innermost first
-        "time": time.time(),
-        "seq": seq,
-    }
+    left_at = None
     if _left is not None:
-        record["left_at"], record["frames"] = _left[0], _left[1][:FRAMES_KEPT]
-        record["seq"] = seq if seq is not None else _left[0]
+        left_at, frames = _left[0], _left[1]
+        seq = seq if seq is not None else _left[0]
     with suppress(Exception):  # without it the diagnosis uses the exit status
-        write_atomically(_exit_path(directory), record)
+        exit_file.write(
+            _exit_path(directory),
+            how=how,
+            code=code,
+            frames=frames[:FRAMES_KEPT],  # innermost first
+            now=time.time(),
+            seq=seq,
+            left_at=left_at,
+        )
 
 
 def _exit_path(directory: str) -> str:
-    return os.path.join(directory, f"rank{os.environ.get('RANK', '0')}.exit.json")
+    return os.path.join(directory, exit_file.name(os.environ.get("RANK", "0")))
 
 
 def left_collectives(frame: FrameType | None) -> None:
@@ -201,8 +195,7 @@ def rejoined() -> None:
     if _left is None or not directory:
         return
     _left = None
-    with suppress(OSError):
-        os.unlink(_exit_path(directory))
+    exit_file.remove(_exit_path(directory))
 
 
 def _thread_cpu_clock(ident: int) -> int | None:
@@ -286,7 +279,7 @@ def optimizer_steps() -> int | None:
 def start(rank: str, directory: str, interval: float) -> Beater:
     """Start the sender for this process's main thread."""
     global _active
-    beater = Beater(os.path.join(directory, f"rank{rank}.json"), interval, get_ident())
+    beater = Beater(os.path.join(directory, heartbeat_file.name(rank)), interval, get_ident())
     beater.beat()  # a record exists before the user's code starts
     beater.start()
     # A daemon thread calling into torch.distributed during interpreter shutdown could

@@ -104,12 +104,10 @@ def dump(reason: str) -> None:
     with suppress(Exception), _lock:
         found = _record(reason)
         if found is not None:
+            from safelaunch.rundir import flight_file  # here: most ranks never dump
+
             rank, data = found
-            os.makedirs(_directory, exist_ok=True)
-            path = os.path.join(_directory, f"rank{rank}.json")
-            with open(f"{path}.tmp", "wb") as out:
-                out.write(data)
-            os.replace(f"{path}.tmp", path)
+            flight_file.write(_directory, rank, data)
 
 
 def _record(reason: str) -> tuple[int, bytes] | None:

@@ -20,13 +20,11 @@ import os
 import sys
 
 from safelaunch.rank import flight, names
-from safelaunch.rank.beat import (
-    count_optimizer_steps,
-    left_collectives,
-    rejoined,
-    write_atomically,
-)
+from safelaunch.rank.beat import count_optimizer_steps, left_collectives, rejoined
 from safelaunch.rank.lean import suppress, wraps
+
+# The run directory's records are imported where torch.distributed is patched (inside
+# torch's own import) or in a rerun: an empty rank never pays for them (bench/per_rank.py).
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:
@@ -35,10 +33,11 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
+    from safelaunch.rundir import ledger_file
+
 TARGET = "torch.distributed.distributed_c10d"
 DDP_MODULE = "torch.nn.parallel.distributed"
 OPTIMIZER_MODULE = "torch.optim.optimizer"
-LEDGER_LIMIT = 1_000_000  # lines per rank; a time-boxed rerun stays far below
 # The argument that describes each collective (its input), by position.
 COLLECTIVES: dict[str, int | None] = {
     "all_reduce": 0,
@@ -90,21 +89,6 @@ def describe(value: object) -> str:
     return f"{str(dtype).removeprefix('torch.')}[{', '.join(str(n) for n in shape)}]"
 
 
-class _Ledger:
-    """One line per Python-level collective on the default group, written before it runs."""
-
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        self._count = 0
-
-    def write(self, op: str, what: str) -> None:
-        if self._count >= LEDGER_LIMIT:
-            return
-        self._count += 1
-        # one write(2) per line: survives the abort a mismatch often ends in
-        os.write(self._fd, f"{self._count}\t{op}\t{what}\n".encode())
-
-
 def _parameters(function: Callable[..., Any]) -> list[str]:
     import inspect
 
@@ -115,7 +99,7 @@ def _parameters(function: Callable[..., Any]) -> list[str]:
 
 
 def _record_collective(
-    module: ModuleType, name: str, position: int | None, ledger: _Ledger
+    module: ModuleType, name: str, position: int | None, ledger: ledger_file.LedgerWriter
 ) -> None:
     real = getattr(module, name, None)
     if real is None:
@@ -169,8 +153,10 @@ def _stretch(timeout: Any, factor: float) -> Any:
 def _write_record(path: str | None, record: dict[str, Any]) -> None:
     if not path:
         return
+    from safelaunch.rundir import comm_file
+
     with suppress(OSError):  # the record is a diagnostic: the job runs on
-        write_atomically(path, record)
+        comm_file.write(path, record)
 
 
 # What this rank asked for and got; "ddp": whether it built a DistributedDataParallel
@@ -256,8 +242,10 @@ def patch(module: ModuleType) -> None:
     _replace(module, "destroy_process_group", _leaving(module, module.destroy_process_group))
     ledger_path = os.environ.get(names.COLLECTIVES_FILE)
     if force and ledger_path:
+        from safelaunch.rundir import ledger_file
+
         try:
-            ledger = _Ledger(ledger_path)
+            ledger = ledger_file.LedgerWriter(ledger_path)
         except OSError:
             return
         for name, position in COLLECTIVES.items():

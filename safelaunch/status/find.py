@@ -1,23 +1,20 @@
 """Finding a run's live state on disk: the run directory, its current attempt, the snapshots.
 
-Files only: the launcher of each node writes `<attempt>/live/node<k>.json` (its own ranks,
-and copies of every other node's), see safelaunch/supervisor/live.py.
+Files only: the launcher of each node writes its live snapshot (its own ranks, and copies
+of every other node's), see safelaunch/rundir/live_file.py.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from safelaunch.errors import StatusError
-
-LIVE_DIR = "live"
-MAX_SNAPSHOT = 8 << 20  # bytes: a larger file is not one safelaunch wrote
+from safelaunch.rundir import layout, live_file
 
 
 def _has_attempts(path: Path) -> bool:
-    return any(child.is_dir() and (child / LIVE_DIR).is_dir() for child in _children(path))
+    return any(child.is_dir() and live_file.has_live_state(child) for child in _children(path))
 
 
 def _children(path: Path) -> list[Path]:
@@ -35,7 +32,7 @@ def resolve_run(where: str | None, log_dir: Path) -> Path:
             if candidate.is_dir():
                 return candidate.resolve()
         raise StatusError(f"no run {where!r}: not a directory, nor a run under {log_dir}")
-    latest = log_dir / "latest"
+    latest = layout.latest(log_dir)
     if latest.is_dir():
         return latest.resolve()
     runs = [child for child in _children(log_dir) if child.is_dir() and _has_attempts(child)]
@@ -48,13 +45,11 @@ def resolve_run(where: str | None, log_dir: Path) -> Path:
 
 def current_attempt(run: Path) -> Path:
     """The attempt (or isolation rerun) whose live state was written last."""
-    if (run / LIVE_DIR).is_dir():
+    if live_file.has_live_state(run):
         return run
     newest: tuple[float, Path] | None = None
     for child in _children(run):
-        for snapshot in _children(child / LIVE_DIR):
-            if not snapshot.name.startswith("node"):
-                continue
+        for snapshot in live_file.snapshot_files(child):
             try:
                 written = snapshot.stat().st_mtime
             except OSError:
@@ -72,24 +67,18 @@ def current_attempt(run: Path) -> Path:
 def read_snapshots(attempt: Path) -> list[dict[str, Any]]:
     """Every node's snapshot in the attempt's live/ directory, by node; unreadable ones skipped."""
     found = []
-    for path in _children(attempt / LIVE_DIR):
-        if not (path.name.startswith("node") and path.suffix == ".json"):
-            continue
+    for path in live_file.snapshot_files(attempt):
         try:
-            if path.stat().st_size > MAX_SNAPSHOT:
-                continue
-            record = json.loads(path.read_bytes())
+            record = live_file.read_snapshot(path)
         except PermissionError:
             raise StatusError(
                 f"cannot read {path}: permission denied (the run directory's permissions "
                 "decide who may see its state)"
             ) from None
-        except (OSError, ValueError):
-            continue  # being replaced, or not ours
-        if isinstance(record, dict) and isinstance(record.get("ranks"), list):
+        if record is not None:  # else being replaced, or not ours
             found.append(record)
     if not found:
-        raise StatusError(f"{attempt / LIVE_DIR} holds no readable live state")
+        raise StatusError(f"{live_file.directory(attempt)} holds no readable live state")
     return sorted(found, key=lambda r: _int(r.get("node")) or 0)
 
 

@@ -22,6 +22,7 @@ from stat import S_ISDIR
 from typing import Any
 
 from safelaunch.rank import names
+from safelaunch.rundir import flight_file, stack_files
 from safelaunch.supervisor.procs import process_state
 
 DUMP_WAIT = 3.0  # s: faulthandler answers in about a millisecond; a busy host is slower
@@ -79,7 +80,7 @@ class _FlightRecord:
 
     def __init__(self, environ: Mapping[str, str], rank: object) -> None:
         directory = environ.get(names.FLIGHT_DIR)
-        self.path = Path(directory) / f"rank{rank}.json" if directory else None
+        self.path = Path(directory) / flight_file.name(str(rank)) if directory else None
         self.before = self._read()
         self.stamp = self._stamp()
 
@@ -159,6 +160,6 @@ def dump_stacks(snapshots: Sequence[Mapping[str, Any]], host: str) -> str:
             elif not isinstance(pid, int) or not isinstance(signum, int):
                 out.append(f"{where}: not dumped: the snapshot lacks its pid")
             else:
-                text = dump_one(pid, private / f"rank{rank}.stacks", signum, rank)
+                text = dump_one(pid, stack_files.dump_file(private, str(rank)), signum, rank)
                 out.append(f"{where}:\n{text}")
     return "\n\n".join(out)

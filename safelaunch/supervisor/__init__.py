@@ -1,6 +1,7 @@
 """Supervisor: spawn the ranks, tee their output, watch them, leave no process behind."""
 
-from safelaunch.supervisor.hang import Beat, HangEvidence, RankProgress
+from safelaunch.rundir.heartbeat_file import Beat
+from safelaunch.supervisor.hang import HangEvidence, RankProgress
 from safelaunch.supervisor.keeper import Keeper
 from safelaunch.supervisor.procs import become_subreaper
 from safelaunch.supervisor.record import AttemptRecord, PeerWatch, RankExit, open_attempt_logs

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from safelaunch.supervisor.hang import Beat
+from safelaunch.rundir.heartbeat_file import Beat
 
 CPU_SHARE = 0.05  # CPU seconds per wall second (5% of one core) that count as work
 CPU_FLOOR = 0.05  # and at least this many CPU seconds: one scheduler tick is noise

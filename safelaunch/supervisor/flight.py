@@ -14,8 +14,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from safelaunch.plan import DUMP_SIGNAL, FLIGHT_DIR
+from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rank import names
+from safelaunch.rundir import flight_file
 from safelaunch.supervisor.procs import is_alive, process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
 
@@ -26,11 +27,6 @@ FLIGHT_WAIT = 1.0
 # 0.1-1 s here under load. Stopped meanwhile it would read as stopped by safelaunch.
 EXIT_WAIT = 3.0
 REAP_WAIT = 0.5
-
-
-def flight_dir(attempt_dir: Path) -> Path:
-    """Where the ranks write their flight records."""
-    return attempt_dir / FLIGHT_DIR
 
 
 def uses_collectives(started: StartedRank) -> bool:
@@ -80,7 +76,7 @@ def request_records(live: Sequence[StartedRank], attempt_dir: Path, signalled: b
     since = time.time()
     if not signalled and asked:
         signal_pids([s.process.pid for s in asked], DUMP_SIGNAL)
-    wait_for_records(asked, flight_dir(attempt_dir), since, leaving)
+    wait_for_records(asked, flight_file.directory(attempt_dir), since, leaving)
     _until_reaped([s for s in ranks if not is_alive(s.process.pid)])
 
 
@@ -116,7 +112,7 @@ def wait_for_records(
             for s in pending
             if now < asked_until
             and is_alive(s.process.pid)
-            and not _fresh(directory / f"rank{s.spec.rank}.json", since)
+            and not _fresh(directory / flight_file.name(s.spec.rank), since)
         ]
         gone = [s for s in gone if now < leaving_until and is_alive(s.process.pid)]
         if pending or gone:

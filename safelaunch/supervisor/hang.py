@@ -17,13 +17,12 @@ every age these rules compare.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from safelaunch.plan import Timebox
+from safelaunch.rundir.heartbeat_file import Beat
 
 # A rank that has not written its first record yet (python still starting) is
 # given this long before it can count as stuck.
@@ -32,20 +31,6 @@ STARTUP_ALLOWANCE = 60.0
 # found no server yet retries after a backoff of seconds, while the server rank
 # waits for it, so for a while every rank looks idle (measured: > 2 s here).
 RENDEZVOUS_ALLOWANCE = 60.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Beat:
-    """One rank's heartbeat record, as the rank wrote it."""
-
-    rank: int
-    time: float  # wall clock of the last sample
-    since: float  # wall clock when stack, step or collective count last changed
-    frames: tuple[tuple[str, int, str], ...]  # innermost first: file, line, function
-    step: int | None
-    seq: int | None
-    spins: bool = False  # NCCL: a hung rank burns CPU, so its own CPU time is no progress
-    cost: float = 0.0  # CPU seconds the heartbeat thread itself has used
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,32 +141,6 @@ def is_hung(
         unseen.age(r.last_progress, now) > patience(r, now, timeout, interval, unseen)
         for r in ranks
     )
-
-
-def read_beat(rank: int, path: Path) -> Beat | None:
-    """The rank's current record; None when absent or being replaced."""
-    try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return beat_from_record(rank, record)
-
-
-def beat_from_record(rank: int, record: Any) -> Beat | None:
-    """A heartbeat record as the rank wrote it (rank/beat.py); None when malformed."""
-    try:
-        return Beat(
-            rank=rank,
-            time=float(record["time"]),
-            since=float(record["since"]),
-            frames=tuple((str(f), int(n), str(fn)) for f, n, fn in record["frames"]),
-            step=record.get("step"),
-            seq=record.get("seq"),
-            spins=bool(record.get("spins", False)),
-            cost=float(record.get("cost", 0.0)),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 def passed_point(box: Timebox, beats: Sequence[Beat | None], elapsed: float) -> str | None:

@@ -2,7 +2,7 @@
 it (for the timeline in report.html / timeline.json, safelaunch.view).
 
 Every second or two the supervisor hands this watcher what it already has (each rank's
-heartbeat record, last output, exit); it writes `<attempt dir>/live/node<k>.json`. On
+heartbeat record, last output, exit); it writes the node's snapshot (rundir/live_file.py). On
 several nodes it also shares that snapshot through the store and writes the other nodes'
 copies beside it, so `status` on any node reads plain files: no torch, no store client,
 and nothing that could disturb the job.
@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
-from safelaunch.supervisor.hang import Beat, beat_from_record
+from safelaunch.rundir import heartbeat_file, live_file
+from safelaunch.rundir.heartbeat_file import Beat
 
-LIVE_SCHEMA = "safelaunch.live/1"  # docs/status.md
-HISTORY_SCHEMA = "safelaunch.history/1"
-LIVE_DIR = "live"
 FRAMES_SHOWN = 12
 MAX_SAMPLES = 600  # per rank and series: the history stays small on a week-long job
 
@@ -67,15 +65,6 @@ class _Lane:
     rendezvous: list[float] = field(default_factory=list)  # [entered, done]
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
-    """A rank's heartbeat record as written; None when absent or being replaced."""
-    try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and "since" in record else None
-
-
 def _append(series: list[list[float]], when: float, value: object) -> None:
     """A sample when the value changed; past MAX_SAMPLES every other one is dropped."""
     if not isinstance(value, int) or (series and series[-1][1] == value):
@@ -92,7 +81,6 @@ class LiveState:
         self._plan = plan
         self._write = write
         self._sharing = sharing
-        self._dir = plan.attempt_dir / LIVE_DIR
         self._node = plan.node or 0
         self._every = min(2.0, max(0.5, plan.heartbeat_interval))
         # Progress closer than this together is one span; a longer gap is a stall.
@@ -100,10 +88,10 @@ class LiveState:
         self._next = 0.0
         self._started = time.time()
         self._lanes: dict[int, _Lane] = {w.rank: _Lane() for w in plan.workers}
-        self._records: dict[int, dict[str, Any]] = {}  # the last whole record of each rank
+        self._beats: dict[int, Beat] = {}  # the last whole record of each rank
         self._host = socket.gethostname()
         try:
-            self._dir.mkdir(exist_ok=True)
+            live_file.directory(plan.attempt_dir).mkdir(exist_ok=True)
         except OSError:
             self._write = lambda _path, _text: False  # no run directory: status has nothing
 
@@ -115,11 +103,11 @@ class LiveState:
         self._next = now + self._every
         snapshot = self._snapshot(now, ranks, "running", None, None)
         text = json.dumps(snapshot)
-        self._write(self._dir / f"node{self._node}.json", text)
+        self._write(live_file.snapshot(self._plan.attempt_dir, self._node), text)
         if self._sharing is not None:
             for node, other in self._sharing.share(text).items():
                 if node != self._node:
-                    self._write(self._dir / f"node{node}.json", other)
+                    self._write(live_file.snapshot(self._plan.attempt_dir, node), other)
 
     def finish(
         self, ranks: Sequence[RankNow], teardown_at: float | None, cause: str | None
@@ -127,9 +115,9 @@ class LiveState:
         """The last snapshot (state `ended`) and the history, for the report's timeline."""
         now = time.time()
         snapshot = self._snapshot(now, ranks, "ended", teardown_at, cause)
-        self._write(self._dir / f"node{self._node}.json", json.dumps(snapshot))
+        self._write(live_file.snapshot(self._plan.attempt_dir, self._node), json.dumps(snapshot))
         history = {
-            "schema": HISTORY_SCHEMA,
+            "schema": live_file.HISTORY_SCHEMA,
             "run_id": self._plan.run.run_id,
             "name": self._plan.attempt_dir.name,
             "node": self._node,
@@ -152,7 +140,7 @@ class LiveState:
                 for lane in [self._lanes.setdefault(r.rank, _Lane())]
             },
         }
-        self._write(self._dir / f"history-node{self._node}.json", json.dumps(history))
+        self._write(live_file.history(self._plan.attempt_dir, self._node), json.dumps(history))
 
     def _snapshot(
         self,
@@ -164,7 +152,7 @@ class LiveState:
     ) -> dict[str, Any]:
         plan = self._plan
         return {
-            "schema": LIVE_SCHEMA,
+            "schema": live_file.SCHEMA,
             "run_id": plan.run.run_id,
             "name": plan.attempt_dir.name,
             "attempt": plan.attempt,
@@ -186,17 +174,16 @@ class LiveState:
         }
 
     def _rank(self, now: float, rank: RankNow) -> dict[str, Any]:
-        record = read_record(rank.heartbeat_file) if rank.bootstrapped else None
-        if record is None:  # not written yet, or caught being replaced: the last one stands
-            record = self._records.get(rank.rank)
+        beat = heartbeat_file.read(rank.rank, rank.heartbeat_file) if rank.bootstrapped else None
+        if beat is None:  # not written yet, or caught being replaced: the last one stands
+            beat = self._beats.get(rank.rank)
         else:
-            self._records[rank.rank] = record
-        beat = None if record is None else beat_from_record(rank.rank, record)
+            self._beats[rank.rank] = beat
         # Not hang.last_progress: its start-up allowance is patience, not a time something
         # happened, and this is shown and drawn as one.
         seen = [t for t in (rank.last_output, beat and beat.since) if t]
         if rank.returncode is None and seen:  # before any sign of life it is starting up
-            self._sample(rank.rank, now, min(max(seen), now), beat, record)
+            self._sample(rank.rank, now, min(max(seen), now), beat)
         signs = [t for t in (rank.spawned_at, *seen) if t]
         progress = min(max(signs), now) if signs else None
         return {
@@ -216,9 +203,9 @@ class LiveState:
             "last_progress": progress,
             "last_output": rank.last_output,
             "step": beat.step if beat else None,
-            "optimizer_steps": (record or {}).get("optimizer_steps"),
+            "optimizer_steps": beat.optimizer_steps if beat else None,
             "collectives": beat.seq if beat else None,
-            "busy": bool((record or {}).get("busy")),
+            "busy": bool(beat and beat.busy),
             "frames": [list(f) for f in beat.frames[:FRAMES_SHOWN]] if beat else [],
         }
 
@@ -228,7 +215,6 @@ class LiveState:
         now: float,
         progress: float,
         beat: Beat | None,
-        record: dict[str, Any] | None,
     ) -> None:
         lane = self._lanes.setdefault(rank, _Lane())
         if lane.spans and progress - lane.spans[-1][1] <= self.stall_after:
@@ -239,7 +225,7 @@ class LiveState:
                 lane.spans[1:3] = [[lane.spans[1][0], lane.spans[2][1]]]
         if beat is None:
             return
-        explicit = beat.step if beat.step is not None else (record or {}).get("optimizer_steps")
+        explicit = beat.step if beat.step is not None else beat.optimizer_steps
         _append(lane.steps, now, explicit)
         _append(lane.seqs, now, beat.seq)
         rendezvous = any(function == "init_process_group" for _, _, function in beat.frames)

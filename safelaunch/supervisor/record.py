@@ -10,6 +10,7 @@ from typing import Protocol
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.rundir import rank_logs
 from safelaunch.supervisor.hang import HangEvidence
 from safelaunch.supervisor.teardown import TeardownCause
 
@@ -64,7 +65,7 @@ def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
     try:
         plan.attempt_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(
-            plan.attempt_dir / "launcher.log",
+            rank_logs.launcher_log(plan.attempt_dir),
             os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
             0o644,
         )

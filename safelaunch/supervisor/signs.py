@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from safelaunch.plan import LaunchPlan
+from safelaunch.rundir import heartbeat_file
+from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.activity import ActivityWatch
 from safelaunch.supervisor.activity import sample as sample_activity
-from safelaunch.supervisor.hang import Beat, RankProgress, last_progress, read_beat
+from safelaunch.supervisor.hang import RankProgress, last_progress
 from safelaunch.supervisor.live import RankNow
 from safelaunch.supervisor.record import RankExit
 from safelaunch.supervisor.spawn import StartedRank
@@ -46,19 +48,21 @@ class RankSigns:
         return {r: s for r, s in self._ranks.items() if r not in self._exits}
 
     def beats(self) -> list[Beat | None]:
-        return [read_beat(s.spec.rank, s.spec.heartbeat_file) for s in self.live().values()]
+        return [
+            heartbeat_file.read(s.spec.rank, s.spec.heartbeat_file) for s in self.live().values()
+        ]
 
     def sample(self) -> None:
         """A pass over /proc: which ranks' processes did work since the last one."""
         live = {r: s.process.pid for r, s in self.live().items()}
-        beats = {r: read_beat(r, self._ranks[r].spec.heartbeat_file) for r in live}
+        beats = {r: heartbeat_file.read(r, self._ranks[r].spec.heartbeat_file) for r in live}
         self._activity.update(sample_activity(live), beats, self._clock.wall())
 
     def progress(self) -> list[RankProgress]:
         """Every live rank's latest sign of progress."""
         progress = []
         for rank, started in self.live().items():
-            beat = read_beat(rank, started.spec.heartbeat_file)
+            beat = heartbeat_file.read(rank, started.spec.heartbeat_file)
             last = last_progress(
                 beat,
                 self._tees[rank].last_output,

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import subprocess
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
-from safelaunch.supervisor.flight import flight_dir, uses_collectives, wait_for_records
+from safelaunch.rundir import flight_file, stack_files
+from safelaunch.supervisor.flight import uses_collectives, wait_for_records
 from safelaunch.supervisor.hang import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.supervisor.procs import process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
@@ -34,10 +33,10 @@ def take_evidence(
         interval=plan.heartbeat_interval,
         ranks=tuple(progress),
         states=states,
-        stack_files=collect_stacks(live, plan.attempt_dir / "stacks"),
+        stack_files=collect_stacks(live, stack_files.directory(plan.attempt_dir)),
         unseen=unseen,
     )
-    save_evidence(evidence, plan.attempt_dir / "stacks" / "hang.json")
+    save_evidence(evidence, plan.attempt_dir)
     return evidence
 
 
@@ -54,7 +53,9 @@ def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
         time.sleep(0.02)
     # the same signal wrote their flight records (torch's collective history) meanwhile
     wait_for_records(
-        [s for s in dumpable if uses_collectives(s)], flight_dir(target.parent), asked_at
+        [s for s in dumpable if uses_collectives(s)],
+        flight_file.directory(target.parent),
+        asked_at,
     )
     files: dict[int, Path] = {}
     with contextlib.suppress(OSError):
@@ -62,29 +63,38 @@ def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
     for started in dumpable:
         rank = started.spec.rank
         with contextlib.suppress(OSError):
-            shutil.copyfile(started.spec.stacks_file, target / f"rank{rank}.txt")
-            files[rank] = target / f"rank{rank}.txt"
+            copy = stack_files.collected(target, rank)
+            shutil.copyfile(started.spec.stacks_file, copy)
+            files[rank] = copy
     for rank, spy in spies.items():
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             text, _ = spy.communicate(timeout=max(0.1, deadline + 5 - time.monotonic()))
-            (target / f"rank{rank}.py-spy.txt").write_bytes(text)
+            stack_files.py_spy(target, rank).write_bytes(text)
         with contextlib.suppress(ProcessLookupError):
             spy.kill()
         spy.wait()
     return files
 
 
-def save_evidence(hang: HangEvidence, path: Path) -> None:
-    """What the launcher saw, as JSON, next to the stacks."""
-    with contextlib.suppress(OSError):
-        evidence = {
-            "detected_at": hang.detected_at,
-            "timeout": hang.timeout,
-            "states": {str(k): v for k, v in hang.states.items()},
-            "ranks": [asdict(p) for p in hang.ranks],
-            "unseen": [list(span) for span in hang.unseen.spans],  # (start, end): a suspend
+def save_evidence(hang: HangEvidence, attempt_dir: Path) -> None:
+    """What the launcher saw, as JSON, next to the stacks (stacks/hang.json)."""
+    ranks = [
+        {
+            "rank": p.rank,
+            "last_progress": p.last_progress,
+            "beat": None if p.beat is None else p.beat.as_dict(),
+            "heartbeat": p.heartbeat,
         }
-        path.write_text(json.dumps(evidence, indent=1, default=str))
+        for p in hang.ranks
+    ]
+    evidence = {
+        "detected_at": hang.detected_at,
+        "timeout": hang.timeout,
+        "states": {str(k): v for k, v in hang.states.items()},
+        "ranks": ranks,
+        "unseen": [list(span) for span in hang.unseen.spans],  # (start, end): a suspend
+    }
+    stack_files.write_hang_evidence(attempt_dir, evidence)
 
 
 def _has_data(started: StartedRank) -> bool:

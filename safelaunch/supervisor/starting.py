@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from safelaunch.plan import LaunchPlan, WorkerSpec
+from safelaunch.rundir import rank_logs
 from safelaunch.supervisor.lines import rank_label
 from safelaunch.supervisor.tee import FilteredLog
 
@@ -30,8 +31,9 @@ def filtered_logs(plan: LaunchPlan) -> dict[int, FilteredLog]:
     filtered: dict[int, FilteredLog] = {}
     for stream, filters in plan.duplicate_filters.items():
         if filters:
-            name = "filtered_stdout.log" if stream == 1 else "filtered_stderr.log"
-            filtered[stream] = FilteredLog(plan.attempt_dir / name, filters)
+            filtered[stream] = FilteredLog(
+                rank_logs.filtered_log(plan.attempt_dir, stream), filters
+            )
     return filtered
 
 

@@ -15,9 +15,9 @@ from typing import Protocol
 
 from safelaunch.plan import Timebox
 from safelaunch.rendezvous.stops import NodeStop, StopKind
+from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.hang import (
     ALL_SEEN,
-    Beat,
     RankProgress,
     Unseen,
     is_hung,

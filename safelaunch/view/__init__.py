@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from safelaunch.rundir import report_file
 from safelaunch.view.lanes import read_timeline
 from safelaunch.view.page import render
 from safelaunch.view.trace import trace
@@ -25,5 +26,5 @@ def write_views(run_dir: Path, write: Writer) -> bool:
         return False
     if not timeline.attempts:
         return False
-    page = write(run_dir / "report.html", render(timeline))
-    return write(run_dir / "timeline.json", trace(timeline)) and page
+    page = write(report_file.page(run_dir), render(timeline))
+    return write(report_file.timeline(run_dir), trace(timeline)) and page

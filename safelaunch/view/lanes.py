@@ -1,21 +1,19 @@
 """The timeline's model: every attempt and rerun of a run, one lane per rank, in run time.
 
 Built from the same records as report.json (each attempt's report.json) plus the light
-history the launcher kept while the ranks ran (`live/history-node<k>.json`: when each
+history the launcher kept while the ranks ran (rundir/live_file.py: when each
 rank made progress, its steps and collectives, its rendezvous). Pure reading: files in,
 frozen records out; a missing or damaged file only leaves its part of the page empty.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LIVE_DIR = "live"
-MAX_FILE = 16 << 20  # bytes: anything larger is not a record safelaunch wrote
+from safelaunch.rundir import live_file, report_file
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,25 +67,6 @@ class Timeline:
     @property
     def end(self) -> float:
         return max((a.end for a in self.attempts), default=0.0)
-
-
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        if path.stat().st_size > MAX_FILE:
-            return None
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _history(attempt_dir: Path) -> dict[str, Any]:
-    """This node's history of the attempt (the launcher writes one per node)."""
-    for path in sorted((attempt_dir / LIVE_DIR).glob("history-node*.json")):
-        record = _load(path)
-        if record is not None:
-            return record
-    return {}
 
 
 def _num(value: object, default: float = 0.0) -> float:
@@ -229,9 +208,9 @@ def read_timeline(run_dir: Path) -> Timeline:
     """Every attempt and rerun under `run_dir` that has a report.json, in time order."""
     found = []
     for attempt_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-        report = _load(attempt_dir / "report.json")
+        report = report_file.read_report(attempt_dir)
         if report is not None:
-            found.append((attempt_dir, report, _history(attempt_dir)))
+            found.append((attempt_dir, report, live_file.read_history(attempt_dir)))
     starts = [_num(h.get("started_at")) for _, _, h in found if h.get("started_at")]
     t0 = min(starts) if starts else 0.0
     attempts: list[Attempt] = []

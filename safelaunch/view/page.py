@@ -7,6 +7,7 @@ exit or signal, the culprit marked; then every rank's log, linked.
 
 from __future__ import annotations
 
+from safelaunch.rundir.report_file import REPORT, TIMELINE
 from safelaunch.view.lanes import Attempt, Segment, Timeline
 
 LABEL = 110  # px left of the plot
@@ -232,6 +233,6 @@ def render(timeline: Timeline) -> str:
         f'<section id="timeline">{_svg(timeline)}</section>'
         f'<p class="legend">{_LEGEND}</p>'
         f"<section>{_logs(timeline)}</section>"
-        '<p>Also: <a href="timeline.json">timeline.json</a> (open it in ui.perfetto.dev or '
-        "chrome://tracing); each attempt's report.json.</p></body></html>\n"
+        f'<p>Also: <a href="{TIMELINE}">{TIMELINE}</a> (open it in ui.perfetto.dev or '
+        f"chrome://tracing); each attempt's {REPORT}.</p></body></html>\n"
     )

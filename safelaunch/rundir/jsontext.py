@@ -10,6 +10,7 @@ escaper), and for anything else the same TypeError. tests/test_rank_json.py comp
 
 from __future__ import annotations
 
+import os
 from _json import encode_basestring_ascii as _string
 
 
@@ -78,3 +79,11 @@ def _encode(value: object, parts: list[str]) -> None:
         parts.append("}")
     else:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def write_atomically(path: str, record: dict[str, object]) -> None:
+    """Replace `path` with the JSON record: a reader sees the old one or the new one, whole."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as out:
+        out.write(dumps(record))
+    os.replace(temporary, path)

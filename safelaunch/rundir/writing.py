@@ -1,4 +1,4 @@
-"""The run directory's files as the launcher writes and names them.
+"""Writing the run directory's files from the launcher: atomic replacement, shown paths.
 
 Kept apart from report.py, which imports diagnosis: the launch writes and names files
 before its ranks start, and that path loads only what starting them needs (launch cost,
