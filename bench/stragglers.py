@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from safelaunch.diagnose import stragglers
-from safelaunch.rank import beat, flight
+from safelaunch.rank import beat
+from safelaunch.rank import flight_recorder as flight
 from safelaunch.rank.phases import Phases
 
 RATE = 0.2  # seconds between samples at the fastest heartbeat

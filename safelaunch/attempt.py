@@ -157,7 +157,7 @@ def _say_summary(
 ) -> str | None:
     """The summary, with what lint saw coming; its "exit code" line returned, not said."""
     from safelaunch.lint import related
-    from safelaunch.lint.report import lint_match
+    from safelaunch.lint.findings_text import lint_match
     from safelaunch.report import render_summary, split_exit_line
 
     summary, exit_line = split_exit_line(render_summary(outcome, diagnosis, logs_ok))

@@ -20,8 +20,8 @@ import os
 import sys
 
 # `signal` builds enums (~3 ms, unguarded before the try below): its C core has what this
-# module needs (safelaunch/rank/lean.py)
-from safelaunch.rank.lean import signals
+# module needs (safelaunch/rank/stdlib_standins.py)
+from safelaunch.rank.stdlib_standins import signals
 
 MESSAGES_WAIT = 2.0  # seconds launcher messages may wait at exit for a blocked terminal
 
@@ -53,7 +53,7 @@ def main() -> None:
         signals.signal(signals.SIGINT, signals.SIG_DFL)
         if guarded:
             signals.signal(signals.SIGTERM, signals.SIG_DFL)
-        from safelaunch.early import stop_before_ranks
+        from safelaunch.early_stop import stop_before_ranks
 
         stop_before_ranks(
             signals.SIGINT if isinstance(stop, KeyboardInterrupt) else signals.SIGTERM

@@ -18,7 +18,6 @@ from safelaunch.cause import (
     known_class_line,
     next_lines,
 )
-from safelaunch.diagnose import collectives
 from safelaunch.diagnose.errortext import last_lines
 from safelaunch.diagnose.layouts import LogSet, RankLog, load
 from safelaunch.diagnose.leaving import describe_leave
@@ -26,6 +25,7 @@ from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.exitcodes import signal_name
+from safelaunch.flights import forensics as collectives
 from safelaunch.outcome import (
     ATTEMPT_STATUSES,
     HUNG,

@@ -21,7 +21,7 @@ from safelaunch.attempt import Session, run_attempt
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.exitcodes import signal_name
-from safelaunch.lint.report import lint_banner
+from safelaunch.lint.findings_text import lint_banner
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
 from safelaunch.rundir import layout, rank_logs, report_file

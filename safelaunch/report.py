@@ -27,9 +27,9 @@ if TYPE_CHECKING:  # only for multi-node jobs
 # What only a failure's summary and record use (the root-cause block, flight records, how
 # ranks left) is imported there: a job that succeeds never loads it (diagnose/__init__.py).
 if TYPE_CHECKING:
-    from safelaunch.diagnose.collectives import Forensics
-    from safelaunch.diagnose.hang import HangAnalysis, Whereabouts
     from safelaunch.diagnose.signatures import Signature
+    from safelaunch.flights.forensics import Forensics
+    from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
 
 
 def _rank_state(result: RankResult) -> str:
@@ -85,7 +85,7 @@ def flight_lines(forensics: Forensics | None) -> list[str]:
     """The flight records' findings, indented under the verdict."""
     if forensics is None:
         return []
-    from safelaunch.diagnose import collectives
+    from safelaunch.flights import forensics as collectives
 
     found = [f"  collectives: {line}" for line in collectives.lines(forensics)]
     return [*found, f"  flight records: {shown_path(forensics.directory)}/"]
@@ -338,7 +338,7 @@ def report_record(
 def _collectives_record(forensics: Forensics | None) -> dict[str, Any] | None:
     if forensics is None:
         return None
-    from safelaunch.diagnose import collectives
+    from safelaunch.flights import forensics as collectives
 
     return collectives.record(forensics)
 

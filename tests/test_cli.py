@@ -259,6 +259,6 @@ def test_only_the_cli_exits_and_never_with_a_bare_number() -> None:
     assert exits == {
         "cli/commands.py": ["sys.exit(code)"],  # finish
         # Ctrl-C or SIGTERM before any rank started (entry.py's and the CLI's windows)
-        "early.py": ["sys.exit(exitcodes.for_signal(signum))"],
+        "early_stop.py": ["sys.exit(exitcodes.for_signal(signum))"],
     }
     assert literal_codes == []

@@ -1,7 +1,7 @@
 """Collective forensics on real Gloo ranks: the flight records say where the ranks diverge.
 
 Every rank writes torch's flight recorder when the hang is declared (or, on a failure,
-the survivors and the failing rank itself); safelaunch.flightcheck compares them per
+the survivors and the failing rank itself); safelaunch.flights.check compares them per
 process group with torch's analyser, and the summary joins that with the stack verdict.
 """
 
@@ -138,7 +138,7 @@ def test_recv_recv_through_batch_isend_irecv(tmp_path: Path) -> None:
 
 
 def test_p2p_pairs_on_made_up_records() -> None:
-    from safelaunch.flightcheck import p2p_waits
+    from safelaunch.flights.check import p2p_waits
 
     def calls(*pending: tuple[str, int]) -> dict:
         return {"safelaunch": {"p2p": [{"op": op, "peer": peer} for op, peer in pending]}}

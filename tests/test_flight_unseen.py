@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from conftest import launch, safelaunch_cmd
 
-from safelaunch import flightcheck
-from safelaunch.diagnose import collectives
-from safelaunch.diagnose.collectives import Forensics
+from safelaunch.flights import check as flightcheck
+from safelaunch.flights import forensics as collectives
+from safelaunch.flights.forensics import Forensics
+from safelaunch.flights.request import catches, exiting
 from safelaunch.outcome import STOP_SIGNALS, judge
 from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rank import names
 from safelaunch.supervisor import RankExit
-from safelaunch.supervisor.flight import catches, exiting
 
 # --- which directory's records explain reads -------------------------------------------
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from safelaunch.rundir.heartbeat_file import Beat
-from safelaunch.supervisor.activity import ActivityWatch, Usage, worked
-from safelaunch.supervisor.hang import (
+from safelaunch.hangs.activity import ActivityWatch, Usage, worked
+from safelaunch.hangs.detection import (
     RENDEZVOUS_ALLOWANCE,
     STARTUP_ALLOWANCE,
     RankProgress,
     is_hung,
     last_progress,
 )
+from safelaunch.rundir.heartbeat_file import Beat
 
 AT_REDUCE = (("/v/site-packages/torch/distributed/distributed_c10d.py", 9, "all_reduce"),)
 IN_INIT = (
@@ -115,8 +115,8 @@ def test_ranks_frozen_at_one_line_are_one_group_with_no_culprit() -> None:
     """Two ranks stuck at the same line (native code holding the GIL), silent 3.5 and 3.8 s
     and in different process states: one group, no odd one out, however the seconds and
     letters differ (an audit saw rank 1 named culprit for 0.3 s more of silence)."""
-    from safelaunch.diagnose.hang import _culprits, _group
-    from safelaunch.supervisor.hang import HangEvidence
+    from safelaunch.hangs.analysis import _culprits, _group
+    from safelaunch.hangs.detection import HangEvidence
 
     here = (("/job/train.py", 5, "<module>"),)
     beats = [

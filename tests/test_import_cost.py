@@ -36,10 +36,10 @@ def imported_without_site(imports: str) -> set[str]:
     return set(out.stdout.split())
 
 
-RANK_MODULES = (*("beat", "bootstrap", "flight", "lean", "names", "pathentry", "phases", "swap"),)
-# the run directory's records the rank writes (safelaunch/rundir/), and nothing else of it
-RUNDIR_MODULES = ("comm_file", "exit_file", "flight_file", "frozen", "heartbeat_file", "jsontext")
-RUNDIR_MODULES += ("ledger_file",)
+RANK_MODULES = ("beat", "bootstrap", "flight_recorder", "stdlib_standins", "names", "pathentry")
+RANK_MODULES += ("phases", "dist_hooks")
+# the records every rank writes (safelaunch/rundir/); the others load where they are used
+RUNDIR_MODULES = ("exit_file", "frozen", "heartbeat_file", "jsontext")
 
 
 def test_the_rank_bootstrap_imports_nothing_of_the_launcher_nor_typing_json_re() -> None:
@@ -57,7 +57,7 @@ def test_the_rank_bootstrap_imports_nothing_of_the_launcher_nor_typing_json_re()
 
 def test_the_rank_bootstrap_leaves_the_stdlib_s_heavier_helpers_to_the_script() -> None:
     """signal (enum, functools, collections), threading, contextlib, types and
-    importlib.machinery were 5-7 ms of an empty rank's ~24 ms of CPU; rank/lean.py takes
+    importlib.machinery were 5-7 ms of an empty rank's ~24 ms of CPU; rank/stdlib_standins.py takes
     what the rank needs of them from their C cores (_signal, _thread)."""
     loaded = imported_without_site("from safelaunch.rank.bootstrap import main")
     assert "safelaunch.rank.bootstrap" in loaded
@@ -122,9 +122,9 @@ def test_the_ranks_start_before_the_launcher_loads_what_judges_them() -> None:
 
 FAILURE_ONLY = (
     "safelaunch.cause",
-    "safelaunch.diagnose.collectives",
+    "safelaunch.flights.forensics",
     "safelaunch.diagnose.errortext",
-    "safelaunch.diagnose.hang",
+    "safelaunch.hangs.analysis",
     "safelaunch.diagnose.leaving",
     "safelaunch.diagnose.rootcause",
 )
@@ -162,4 +162,4 @@ def test_a_job_that_succeeds_never_loads_the_failure_analysis(tmp_path: Path) ->
         tmp_path, "import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(3)\n"
     )
     assert code == 3
-    assert set(FAILURE_ONLY) - {"safelaunch.diagnose.hang"} <= loaded
+    assert set(FAILURE_ONLY) - {"safelaunch.hangs.analysis"} <= loaded

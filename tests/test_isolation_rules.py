@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from safelaunch.hangs.detection import passed_point
 from safelaunch.isolation.evidence import (
     collective_lag,
     collective_mismatch,
@@ -15,9 +16,8 @@ from safelaunch.isolation.evidence import (
 )
 from safelaunch.isolation.reruns import transport_reruns
 from safelaunch.plan import Timebox
-from safelaunch.rank.swap import describe, gloo_backend
+from safelaunch.rank.dist_hooks import describe, gloo_backend
 from safelaunch.rundir.heartbeat_file import Beat
-from safelaunch.supervisor.hang import passed_point
 
 
 @pytest.mark.parametrize(

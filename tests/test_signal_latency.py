@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import assert_no_orphans, start, worker
 
-from safelaunch.diagnose.collectives import run_flightcheck
+from safelaunch.flights.forensics import run_flightcheck
 from safelaunch.supervisor import signals
 from safelaunch.supervisor.signals import SignalReceiver
 

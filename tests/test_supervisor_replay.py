@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from safelaunch.hangs.detection import RankProgress
 from safelaunch.plan import Timebox
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor import teardown
-from safelaunch.supervisor.hang import RankProgress
 from safelaunch.supervisor.teardown import Teardown, TeardownCause
 from safelaunch.supervisor.watchers import (
     HangWatch,

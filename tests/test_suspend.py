@@ -19,9 +19,8 @@ import pytest
 from conftest import console_lines, marked_processes, start, wait_for
 from test_supervisor_replay import FakeClock  # a sleep moves its wall_offset only
 
-from safelaunch.diagnose.hang import _group, silent_for
-from safelaunch.rundir.heartbeat_file import Beat
-from safelaunch.supervisor.hang import (
+from safelaunch.hangs.analysis import _group, silent_for
+from safelaunch.hangs.detection import (
     HangEvidence,
     RankProgress,
     Unseen,
@@ -29,6 +28,7 @@ from safelaunch.supervisor.hang import (
     is_stale,
     stale_after,
 )
+from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.watchers import HangWatch, Lookout, StopReason, late_slack
 
 TIMEOUT = 2.0

@@ -18,7 +18,7 @@ from safelaunch.cli.commands import (
     settled,
     status_command,
 )
-from safelaunch.early import stop_before_ranks
+from safelaunch.early_stop import stop_before_ranks
 
 __all__ = [
     "doctor_command",

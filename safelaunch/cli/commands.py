@@ -270,7 +270,7 @@ def lint_command(args: Sequence[str]) -> NoReturn:
     as_json: bool = given.as_json
 
     def check() -> int:
-        from safelaunch.lint.report import lint_report
+        from safelaunch.lint.findings_text import lint_report
 
         text, code = lint_report(script, as_json)
         Console().emit((text + "\n").encode())

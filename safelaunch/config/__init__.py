@@ -3,16 +3,7 @@ formats (parse.py), and the way from the command line's raw values to the record
 (build.py). Callers import from here."""
 
 from safelaunch.config.build import build_config, check_text, unsupported_yet
-from safelaunch.config.parse import (
-    parse_filters,
-    parse_nnodes,
-    parse_nproc,
-    parse_rank_filter,
-    parse_rdzv_conf,
-    parse_signals,
-    parse_streams,
-)
-from safelaunch.config.record import (
+from safelaunch.config.launch_config import (
     EVENT_LOG_HANDLERS,
     NPROC_NAMES,
     NUMA_BINDINGS,
@@ -25,6 +16,15 @@ from safelaunch.config.record import (
     STD_OUT,
     LaunchConfig,
     StreamSelection,
+)
+from safelaunch.config.parse import (
+    parse_filters,
+    parse_nnodes,
+    parse_nproc,
+    parse_rank_filter,
+    parse_rdzv_conf,
+    parse_signals,
+    parse_streams,
 )
 
 __all__ = [

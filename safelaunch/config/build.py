@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from safelaunch import defaults, values
+from safelaunch.config.launch_config import LaunchConfig
 from safelaunch.config.parse import (
     parse_filters,
     parse_nnodes,
@@ -21,7 +22,6 @@ from safelaunch.config.parse import (
     parse_signals,
     parse_streams,
 )
-from safelaunch.config.record import LaunchConfig
 from safelaunch.errors import ConfigError
 from safelaunch.slurm import slurm_defaults
 from safelaunch.userfiles import path_problem

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from safelaunch import values
-from safelaunch.config.record import NPROC_NAMES, StreamSelection
+from safelaunch.config.launch_config import NPROC_NAMES, StreamSelection
 from safelaunch.errors import ConfigError
 
 _STD_VALUE = re.compile(r"^[0123]$")

@@ -27,11 +27,11 @@ from safelaunch.vocab import COMMUNICATION, UNKNOWN, FailureClass
 # this package while its ranks run, and those modules were ~13 ms of the launcher's CPU
 # that a job which succeeds never uses (bench/vs_torchrun.py; tests/test_import_cost.py).
 if TYPE_CHECKING:
-    from safelaunch.diagnose.collectives import Forensics
     from safelaunch.diagnose.errortext import ErrorText
-    from safelaunch.diagnose.hang import HangAnalysis
     from safelaunch.diagnose.leaving import Leave
     from safelaunch.diagnose.rootcause import RankEvidence
+    from safelaunch.flights.forensics import Forensics
+    from safelaunch.hangs.analysis import HangAnalysis
 
 __all__ = [
     "LOG_TAIL",
@@ -69,7 +69,7 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
     rank does alike); unknown when a culprit is stuck in its own code: its stack, not the
     network, is the lead."""
     if hang.uneven:
-        from safelaunch.diagnose.hang import UNEVEN_ITERATIONS
+        from safelaunch.hangs.analysis import UNEVEN_ITERATIONS
 
         return UNEVEN_ITERATIONS.klass
     stuck_outside = any(
@@ -112,11 +112,11 @@ def diagnose(
     if outcome.hang is None and outcome.status not in (FAILED, HUNG) and no_cause:
         # what the rest would find for a job that ended well, without importing it
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
-    from safelaunch.diagnose.collectives import for_attempt
     from safelaunch.diagnose.errortext import last_lines
-    from safelaunch.diagnose.hang import UNEVEN_ITERATIONS, analyse_hang
     from safelaunch.diagnose.leaving import read_leaves, read_seqs
     from safelaunch.diagnose.rootcause import find_root_cause
+    from safelaunch.flights.forensics import for_attempt
+    from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang
 
     hang = analyse_hang(outcome)
     # torch's analyser costs an import of torch: only when something went wrong

@@ -12,7 +12,7 @@ from safelaunch.attempt import Concluded, Session, run_attempt
 from safelaunch.exitcodes import signal_name
 from safelaunch.isolation.evidence import read_beats, read_rank_files
 from safelaunch.isolation.policy import should_isolate
-from safelaunch.isolation.record import isolation_record, render_verdict
+from safelaunch.isolation.reporting import isolation_record, render_verdict
 from safelaunch.isolation.reruns import Planned, detail_safe, failure_point, plan_reruns, until
 from safelaunch.isolation.verdicts import Seen, Verdict, judge
 from safelaunch.outcome import INTERRUPTED

@@ -13,7 +13,7 @@ from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import PreflightError
 from safelaunch.lint import Finding as LintFinding
-from safelaunch.preflight.entry import compile_entry
+from safelaunch.preflight.entry_script import compile_entry
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.logroot import check_log_root
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus

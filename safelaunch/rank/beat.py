@@ -20,8 +20,8 @@ import sys
 import time
 
 from safelaunch.rank import names
-from safelaunch.rank.lean import Flag, Lock, get_ident, start_thread, suppress
 from safelaunch.rank.phases import Phases
+from safelaunch.rank.stdlib_standins import Flag, Lock, get_ident, start_thread, suppress
 from safelaunch.rundir import exit_file, heartbeat_file
 
 TYPE_CHECKING = False  # `types` and `typing` cost every rank at start; only mypy needs them
@@ -258,7 +258,7 @@ def _count_step(*_: object) -> None:
 def count_optimizer_steps(module: ModuleType) -> None:
     """Count torch.optim steps (any optimizer) with torch's own global post-step hook.
 
-    Called as torch.optim.optimizer loads (rank/swap.py's import hook), in the importing
+    Called as torch.optim.optimizer loads (rank/dist_hooks.py's import hook), in the importing
     thread: registering from the heartbeat thread could change the hook table while an
     optimizer iterates it ("mutated during iteration" in the user's step). The count is
     the step `safelaunch status` shows when the script reports none.

@@ -19,8 +19,8 @@ import sys
 # importing importlib.machinery costs every rank ~0.8 ms for the one name
 from _frozen_importlib_external import SourceFileLoader
 
-from safelaunch.rank import beat, flight, names, pathentry, swap
-from safelaunch.rank.lean import signals
+from safelaunch.rank import beat, dist_hooks, flight_recorder, names, pathentry
+from safelaunch.rank.stdlib_standins import signals
 
 TYPE_CHECKING = False  # `types` costs every rank at start; only the checker needs it
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def install_faulthandler() -> None:
             _stacks_file = open(path, "a")  # noqa: SIM115 - must outlive this function
             # chained to the flight recorder's trigger when armed (else SIG_DFL: it would kill)
             faulthandler.register(
-                int(signum), file=_stacks_file, all_threads=True, chain=flight.armed()
+                int(signum), file=_stacks_file, all_threads=True, chain=flight_recorder.armed()
             )
         except Exception:
             pass  # the job runs without on-demand stacks rather than not at all
@@ -142,11 +142,11 @@ def main() -> None:
     """Entry point inside the rank."""
     mode, target, *args = sys.argv[1:]
     die_with_launcher()
-    flight.arm()  # before faulthandler takes the signal, so that it can chain to it
+    flight_recorder.arm()  # before faulthandler takes the signal, so that it can chain to it
     install_faulthandler()
     start_heartbeat()
     try:
-        swap.install()
+        dist_hooks.install()
     except Exception as exc:  # the job runs as launched rather than not at all
         print(f"safelaunch: backend override not installed: {exc!r}", file=sys.stderr)
     try:
@@ -160,7 +160,7 @@ def main() -> None:
     except BaseException as exc:  # what python does with an uncaught exception
         # Set on the exception too: torch's wrapped excepthook formats exc.__traceback__.
         exc.with_traceback(_user_traceback(exc.__traceback__))
-        flight.dump("exception")  # a survivor of a peer's failure: what it was waiting for
+        flight_recorder.dump("exception")  # a survivor of a peer's failure: what it was waiting for
         sys.excepthook(type(exc), exc, exc.__traceback__)
         if isinstance(exc, KeyboardInterrupt):
             # python >= 3.8 ends by SIGINT itself, so the parent sees death by signal

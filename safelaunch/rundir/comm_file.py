@@ -1,6 +1,6 @@
 """The backend record: `<attempt>/rank<N>.comm.json`.
 
-Written by the rank's torch.distributed hooks (safelaunch/rank/swap.py) as it calls
+Written by the rank's torch.distributed hooks (safelaunch/rank/dist_hooks.py) as it calls
 init_process_group (before the call: init itself may be what fails, then after it with
 the backend it got), when an isolation rerun swaps a group's backend, and when it builds
 a DistributedDataParallel. Its existence says the rank reached torch.distributed. Read by

@@ -2,10 +2,10 @@
 
 The rank writes torch's flight record (`_dump_fr_trace_json`) plus safelaunch's additions
 (the groups Gloo leaves out, pending p2p, phases: key "safelaunch") when the dump signal
-asks and when it raises (safelaunch/rank/flight.py). torch itself dumps a pickle per rank
+asks and when it raises (safelaunch/rank/flight_recorder.py). torch itself dumps a pickle per rank
 to TORCH_FR_DUMP_TEMP_FILE (`<attempt>/flight-rank<N>` under --debug-profile default) on
-an NCCL timeout. Read by the flight-record check (flightcheck.py, flightrecords.py) and
-the diagnosis (diagnose/collectives.py).
+an NCCL timeout. Read by the flight-record check (flights/check.py, flights/records.py) and
+the diagnosis (flights/forensics.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Gloo rerun's ledger: `<attempt>/rank<N>.collectives.log`, one line per collective.
 
-Written by the rank (safelaunch/rank/swap.py) before each Python-level collective on the
+Written by the rank (safelaunch/rank/dist_hooks.py) before each Python-level collective on the
 default group runs, one write(2) a line, so that it survives the abort a mismatch often
 ends in: `<number>\\t<op>\\t<dtype[shape]>`. Read by the isolation verdicts.
 """

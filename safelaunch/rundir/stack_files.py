@@ -5,7 +5,7 @@
   --stacks` reads and truncates what it asked for.
 - `<attempt>/stacks/rank<N>.txt` (a copy at the hang), `rank<N>.py-spy.txt` (py-spy's view
   with native frames, where installed) and `hang.json` (what the launcher saw when it
-  declared the hang): written by supervisor/stacks.py, read by the hang diagnosis.
+  declared the hang): written by hangs/stack_evidence.py, read by the hang diagnosis.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def show(
     status = status_now(attempt, snapshots)
     text = as_json(status, attempt) if as_json_output else table(status, attempt, colour)
     if stacks:
-        from safelaunch.status.stacks import dump_stacks
+        from safelaunch.hangs.live_dump import dump_stacks
 
         text += "\n\n" + dump_stacks(snapshots, socket.gethostname())
     return text

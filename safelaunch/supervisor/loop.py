@@ -13,13 +13,15 @@ import time
 from collections.abc import Callable
 
 from safelaunch.console import Console
+from safelaunch.flights.request import request_records
+from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Unseen
+from safelaunch.hangs.stack_evidence import take_evidence
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import teardown
+from safelaunch.supervisor.attempt_record import AttemptRecord, PeerWatch
 from safelaunch.supervisor.ending import kill_everything, sweep_strays
-from safelaunch.supervisor.flight import request_records
-from safelaunch.supervisor.hang import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.supervisor.interrupts import (
     OWN_SIGNAL_WAIT,
     expects_own_signal,
@@ -28,10 +30,8 @@ from safelaunch.supervisor.interrupts import (
 )
 from safelaunch.supervisor.live import LiveState, Writer
 from safelaunch.supervisor.procs import reap_strays, signal_group, signal_pids
-from safelaunch.supervisor.record import AttemptRecord, PeerWatch
+from safelaunch.supervisor.rank_signs import RankSigns
 from safelaunch.supervisor.signals import SignalReceiver
-from safelaunch.supervisor.signs import RankSigns
-from safelaunch.supervisor.stacks import take_evidence
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.supervisor.watchers import (
     Clock,

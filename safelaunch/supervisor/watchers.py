@@ -13,10 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from safelaunch.plan import Timebox
-from safelaunch.rendezvous.stops import NodeStop, StopKind
-from safelaunch.rundir.heartbeat_file import Beat
-from safelaunch.supervisor.hang import (
+from safelaunch.hangs.detection import (
     ALL_SEEN,
     RankProgress,
     Unseen,
@@ -24,6 +21,9 @@ from safelaunch.supervisor.hang import (
     passed_point,
     stale_after,
 )
+from safelaunch.plan import Timebox
+from safelaunch.rendezvous.stops import NodeStop, StopKind
+from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.teardown import TeardownCause
 
 
@@ -142,7 +142,7 @@ class Lookout:
 
 
 class HangWatch:
-    """No live rank made progress for the hang timeout (rules in supervisor/hang.py).
+    """No live rank made progress for the hang timeout (rules in hangs/detection.py).
 
     `progress`: every live rank's latest sign of progress; `sample`: a pass over /proc that
     updates the ranks' activity (costly: at its own slower pace, `sample_every`); `pace`:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan, WorkerSpec
-from safelaunch.supervisor.record import RankExit
+from safelaunch.supervisor.attempt_record import RankExit
 from safelaunch.supervisor.spawn import StartedRank, start_rank
 from safelaunch.supervisor.starting import filtered_logs, open_rank_log, rank_prefix
 from safelaunch.supervisor.tee import ConsoleWriter, FilteredLog, RankTee
@@ -27,7 +27,7 @@ CANNOT_RUN = 127  # shell convention for "command could not be run"
 
 class Workers:
     """Every rank of one attempt. `started`, `exits`, `tees` and `spawned_at` are the live
-    dicts the rank signs read (supervisor/signs.py)."""
+    dicts the rank signs read (supervisor/rank_signs.py)."""
 
     def __init__(
         self, plan: LaunchPlan, console: Console, clock: Clock, logs_ok: bool, t0: float

@@ -10,8 +10,8 @@ Gloo rerun cannot run, in gloo_limits.py.
 from __future__ import annotations
 
 from safelaunch.diagnose.signatures.program import PROGRAM
-from safelaunch.diagnose.signatures.record import Signature
 from safelaunch.diagnose.signatures.setup import SETUP
+from safelaunch.diagnose.signatures.signature import Signature
 
 __all__ = ["SIGNATURES", "Signature"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 
-from safelaunch.diagnose.signatures.record import Signature
+from safelaunch.diagnose.signatures.signature import Signature
 from safelaunch.vocab import (
     COMMUNICATION,
     DATA,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from safelaunch.diagnose.signatures.record import Signature
+from safelaunch.diagnose.signatures.signature import Signature
 from safelaunch.vocab import COMMUNICATION, ENVIRONMENT
 
 SETUP: tuple[Signature, ...] = (

@@ -90,7 +90,7 @@ def last_progress(
     last_work: float | None = None,
 ) -> float:
     """The latest sign of life: a changed record, a byte of output, work seen in the rank's
-    process tree (CPU, I/O, disk waits: supervisor/activity.py), or the spawn (+ allowance)."""
+    process tree (CPU, I/O, disk waits: hangs/activity.py), or the spawn (+ allowance)."""
     start = spawned_at + (STARTUP_ALLOWANCE if bootstrapped and beat is None else 0.0)
     signs = [start]
     if beat is not None:

@@ -24,7 +24,7 @@ import sys
 import time
 
 from safelaunch.rank import beat, names
-from safelaunch.rank.lean import Lock, signals, start_thread, suppress, wraps
+from safelaunch.rank.stdlib_standins import Lock, signals, start_thread, suppress, wraps
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
 if TYPE_CHECKING:

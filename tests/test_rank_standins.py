@@ -1,5 +1,5 @@
-"""rank/lean.py: the stand-ins for threading.Event, contextlib.suppress and daemon threads
-that every rank uses before the user's code (what they replace cost 5-7 ms a rank)."""
+"""rank/stdlib_standins.py: the stand-ins for threading.Event, contextlib.suppress and daemon
+threads that every rank uses before the user's code (what they replace cost 5-7 ms a rank)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from safelaunch.rank.lean import Flag, Lock, start_thread, suppress
+from safelaunch.rank.stdlib_standins import Flag, Lock, start_thread, suppress
 
 
 def test_a_flag_waits_until_set_and_stays_set() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Protocol
 
 from safelaunch.console import Console
+from safelaunch.hangs.detection import HangEvidence
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.rundir import rank_logs
-from safelaunch.supervisor.hang import HangEvidence
 from safelaunch.supervisor.teardown import TeardownCause
 
 

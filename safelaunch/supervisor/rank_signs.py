@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from safelaunch.hangs.activity import ActivityWatch
+from safelaunch.hangs.activity import sample as sample_activity
+from safelaunch.hangs.detection import RankProgress, last_progress
 from safelaunch.plan import LaunchPlan
 from safelaunch.rundir import heartbeat_file
 from safelaunch.rundir.heartbeat_file import Beat
-from safelaunch.supervisor.activity import ActivityWatch
-from safelaunch.supervisor.activity import sample as sample_activity
-from safelaunch.supervisor.hang import RankProgress, last_progress
+from safelaunch.supervisor.attempt_record import RankExit
 from safelaunch.supervisor.live import RankNow
-from safelaunch.supervisor.record import RankExit
 from safelaunch.supervisor.spawn import StartedRank
 from safelaunch.supervisor.tee import RankTee
 from safelaunch.supervisor.watchers import Clock

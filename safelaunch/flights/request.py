@@ -1,11 +1,11 @@
 """Asking the ranks for torch's flight recorder before they are stopped.
 
 The dump signal that makes faulthandler print a rank's threads also makes the rank
-write its flight record (safelaunch/rank/flight.py) into `<attempt>/flight/`. Only
+write its flight record (safelaunch/rank/flight_recorder.py) into `<attempt>/flight/`. Only
 ranks that reached torch.distributed (their comm file exists) are waited for, so a
 job without collectives never pays the wait; and only ranks that catch the signal now
 are sent it: its default action kills, and a rank exiting on its own ignores it from
-its last exit handler on (rank/flight.py), or is past the handler already.
+its last exit handler on (rank/flight_recorder.py), or is past the handler already.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import sys
 
-from safelaunch.rank import flight, names
+from safelaunch.rank import flight_recorder, names
 from safelaunch.rank.beat import count_optimizer_steps, left_collectives, rejoined
-from safelaunch.rank.lean import suppress, wraps
+from safelaunch.rank.stdlib_standins import suppress, wraps
 
 # The run directory's records are imported where torch.distributed is patched (inside
 # torch's own import) or in a rerun: an empty rank never pays for them (bench/per_rank.py).
@@ -238,7 +238,7 @@ def patch(module: ModuleType) -> None:
 
     _replace(module, "init_process_group", init_process_group)
     _replace(module, "new_group", new_group)
-    flight.track_p2p(module, _replace)
+    flight_recorder.track_p2p(module, _replace)
     _replace(module, "destroy_process_group", _leaving(module, module.destroy_process_group))
     ledger_path = os.environ.get(names.COLLECTIVES_FILE)
     if force and ledger_path:

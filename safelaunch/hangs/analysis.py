@@ -13,10 +13,10 @@ from safelaunch.diagnose.frames import LIBRARY_PARTS, user_frame
 from safelaunch.diagnose.pytypes import RANK_LEFT_EARLY
 from safelaunch.diagnose.reading import read_tail
 from safelaunch.diagnose.signatures import Signature
+from safelaunch.hangs.detection import is_stale
 from safelaunch.outcome import Outcome
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor import HangEvidence
-from safelaunch.supervisor.hang import is_stale
 
 _DISTRIBUTED = "torch/distributed/"
 _DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
@@ -286,7 +286,7 @@ def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> s
 
 def silent_for(evidence: HangEvidence, since: float) -> float:
     """Seconds from `since` to the detection, less the time the job was suspended whole
-    (the launcher's view: supervisor/hang.py's Unseen): not time the ranks had to run."""
+    (the launcher's view: hangs/detection.py's Unseen): not time the ranks had to run."""
     return evidence.unseen.age(since, evidence.detected_at)
 
 

@@ -1,6 +1,6 @@
 """Collective forensics: where the ranks' flight records diverge, joined with where each rank is.
 
-The records are compared by safelaunch.flightcheck in a subprocess (it imports torch,
+The records are compared by safelaunch.flights.check in a subprocess (it imports torch,
 which the launcher never does). This module runs it, reads its JSON, and words the
 findings: "group [1,2] (pg 1), collective #3 all_reduce(float32[1024]): rank 2 never
 called it; rank 2 is in train.py:88 in load_shard".
@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
-from safelaunch.diagnose.hang import HangAnalysis
 from safelaunch.diagnose.reading import inside, walk
+from safelaunch.hangs.analysis import HangAnalysis
 from safelaunch.outcome import Outcome
 from safelaunch.rundir import flight_file, layout
 from safelaunch.supervisor.signals import stop_requested
@@ -29,7 +29,7 @@ from safelaunch.vocab import word_of
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
 
 Kind = Literal["missing", "mismatch", "unrecorded"]
-WaitKind = Literal["send/send", "recv/recv", "unanswered"]  # flightcheck.py writes these
+WaitKind = Literal["send/send", "recv/recv", "unanswered"]  # flights/check.py writes these
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,11 +73,11 @@ class Forensics:
 
 
 def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
-    """safelaunch.flightcheck's JSON; None when it could not run (no torch, crash, timeout)."""
+    """safelaunch.flights.check's JSON; None when it could not run (no torch, crash, timeout)."""
     try:
         with tempfile.TemporaryFile() as output:
             check = subprocess.Popen(
-                [sys.executable, "-m", "safelaunch.flightcheck", *map(str, paths)],
+                [sys.executable, "-m", "safelaunch.flights.check", *map(str, paths)],
                 stdout=output,
                 stderr=subprocess.DEVNULL,
             )

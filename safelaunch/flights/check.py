@@ -1,6 +1,6 @@
 """Compare the ranks' flight records: per process group, the first collective where they diverge.
 
-Run in a subprocess (`python -m safelaunch.flightcheck DIR...`): it imports torch, which
+Run in a subprocess (`python -m safelaunch.flights.check DIR...`): it imports torch, which
 the launcher never does. Prints one JSON object (docs/report-json.md, `collectives`).
 
 Matching is torch's own analyser (torch.distributed.flight_recorder's build_db), fed
@@ -23,7 +23,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from safelaunch.flightrecords import Record, call_text, load
+from safelaunch.flights.records import Record, call_text, load
 
 
 def groups_of(records: dict[int, Record]) -> dict[str, Record]:

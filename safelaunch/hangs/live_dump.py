@@ -73,7 +73,7 @@ def _wait_for_dump(path: Path, before: int) -> None:
 class _FlightRecord:
     """The rank's flight record, put back as it was after the dump signal rewrote it.
 
-    The same signal makes the rank write torch's flight record (safelaunch/rank/flight.py)
+    The same signal makes the rank write torch's flight record (safelaunch/rank/flight_recorder.py)
     for a hang or failure diagnosis; one left by status would pass for the rank's state
     at the job's end.
     """

@@ -8,10 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from safelaunch.flights.request import uses_collectives, wait_for_records
+from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.rundir import flight_file, stack_files
-from safelaunch.supervisor.flight import uses_collectives, wait_for_records
-from safelaunch.supervisor.hang import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.supervisor.procs import process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
 

@@ -1,6 +1,6 @@
 """Reading the ranks' flight records: safelaunch's JSON records and torch's own dumps.
 
-Part of the flight-record check that runs in a subprocess (flightcheck.py); kept apart so
+Part of the flight-record check that runs in a subprocess (flights/check.py); kept apart so
 that each module holds one job (reading records here, comparing them there).
 """
 
