@@ -6,6 +6,7 @@ import json
 import signal
 from pathlib import Path
 
+import builders
 import pytest
 from conftest import launch, line_of, worker
 from test_teardown import _start_and_wait_ready
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def _report(run) -> dict:
-    return json.loads((run.attempt() / "report.json").read_text())
+    return builders.read_report(run.attempt())
 
 
 def test_sampler_and_shuffle_is_data_sampling(tmp_path: Path) -> None:

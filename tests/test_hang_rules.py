@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builders
 import pytest
 
 from safelaunch.hangs.activity import ActivityWatch, Usage, worked
@@ -22,9 +23,7 @@ IN_INIT = (
 
 
 def _beat(since: float, frames=AT_REDUCE, time: float | None = None) -> Beat:
-    return Beat(
-        rank=0, time=since if time is None else time, since=since, frames=frames, step=None, seq=4
-    )
+    return builders.beat(since=since, frames=frames, time=time, seq=4)
 
 
 def _progress(rank: int, since: float, frames=AT_REDUCE, time: float | None = None) -> RankProgress:

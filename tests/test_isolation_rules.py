@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import builders
 import pytest
 
 from safelaunch.hangs.detection import passed_point
@@ -51,7 +52,7 @@ def test_describe_names_dtype_and_shape() -> None:
 
 
 def _beat(step: int | None = None, seq: int | None = None) -> Beat:
-    return Beat(rank=0, time=0.0, since=0.0, frames=(), step=step, seq=seq)
+    return builders.beat(step=step, seq=seq)
 
 
 def test_time_box_by_step_needs_every_rank_clearly_past() -> None:

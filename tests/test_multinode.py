@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import builders
 import pytest
 from conftest import assert_no_orphans, start, worker
 
@@ -59,7 +60,7 @@ SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").
 def _report(tmp_path: Path, node: int, attempt: int = 0) -> dict:
     """A node's report.json of an attempt, checked against the documented schema."""
     run = (tmp_path / f"node{node}" / "logs" / "latest").resolve()
-    report = json.loads((run / f"attempt_{attempt}" / "report.json").read_text())
+    report = builders.read_report(run / f"attempt_{attempt}")
     pytest.importorskip("jsonschema").validate(report, SCHEMA)
     return report
 

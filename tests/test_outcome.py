@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import get_args
 
+import builders
 import pytest
 
 from safelaunch.diagnose import diagnose
@@ -48,15 +49,7 @@ PLAN = LaunchPlan(
 
 
 def _exit(rank: int, returncode: int, at: float) -> RankExit:
-    return RankExit(
-        rank=rank,
-        local_rank=rank,
-        pid=100 + rank,
-        returncode=returncode,
-        ended_after=at,
-        log_path=Path(f"/nonexistent/rank{rank}.log"),
-        error_file=Path(f"/nonexistent/rank{rank}.error.json"),
-    )
+    return builders.rank_exit(rank, returncode=returncode, ended_after=at)
 
 
 def _record(

@@ -3,10 +3,10 @@ behind is hostile or diagnosing it hits a bug of ours."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+import builders
 from conftest import _communicate, _popen, launch, marked_env
 
 # Rank 1 writes torch's error file as a million nested brackets, then exits 3.
@@ -36,7 +36,7 @@ FAIL = "import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(5)\nti
 
 def _report(log_dir: Path) -> dict[str, object]:
     (run,) = [p for p in log_dir.iterdir() if not p.is_symlink()]
-    return dict(json.loads((run / "attempt_0" / "report.json").read_text()))
+    return builders.read_report(run / "attempt_0")
 
 
 def test_a_hostile_error_file_leaves_the_diagnosis_to_the_log(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import signal
-from pathlib import Path
 
+import builders
 import pytest
 
 from safelaunch.diagnose import Diagnosis
@@ -72,34 +72,11 @@ def test_always_and_never_override_the_table(ending: Ending, backend: Backend) -
 
 
 def _outcome(status: str, *ranks: RankResult) -> Outcome:
-    return Outcome(
-        attempt=0,
-        status=status,
-        ranks=ranks,
-        first_failure=0 if ranks else None,
-        interrupt_signal=None,
-        exit_code=1,
-        duration=1.0,
-        strays_ended=0,
-        log_problems=(),
-        run_dir=Path("/nonexistent"),
-        attempt_dir=Path("/nonexistent/attempt_0"),
-    )
+    return builders.outcome(status, *ranks)
 
 
 def _rank(code: int | None = 1, sig: int | None = None) -> RankResult:
-    where = Path("/nonexistent/rank0.log")
-    return RankResult(
-        rank=0,
-        local_rank=0,
-        pid=1,
-        state=FAILED,
-        exit_code=code,
-        signal=sig,
-        ended_after=1.0,
-        log_path=where,
-        error_file=where,
-    )
+    return builders.rank_result(0, exit_code=code, signal=sig)
 
 
 def _signature(signature_id: str) -> Diagnosis:

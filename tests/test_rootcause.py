@@ -9,18 +9,17 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import builders
+
 from safelaunch.diagnose.errortext import from_log, last_lines
 from safelaunch.diagnose.leaving import Leave, describe_leave
-from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
+from safelaunch.diagnose.rootcause import find_root_cause
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 CLOSED = (FIXTURES / "peer-connection-closed.log").read_text()
 
 
-def _rank(rank: int, **fields: object) -> RankEvidence:
-    defaults: dict[str, object] = {"text": "", "failed": False, "ended": 1.0, "code": None}
-    defaults.update(fields)
-    return RankEvidence(rank=rank, **defaults)  # type: ignore[arg-type]
+_rank = builders.rank_evidence
 
 
 def test_a_rank_that_exited_0_first_is_the_root_cause_of_its_peers_errors() -> None:
@@ -38,7 +37,7 @@ def test_a_rank_that_exited_0_first_is_the_root_cause_of_its_peers_errors() -> N
 
 
 def test_a_rank_that_left_by_sys_exit_0_and_no_error_left_early() -> None:
-    # (a non-zero code is the rank's own failure: tests/test_rootcause_unseen.py)
+    # (a non-zero code is the rank's own failure: tests/test_rootcause_leaving.py)
     leave = Leave(rank=1, how="sys.exit", code=0, location="/u/train.py:9 in <module>", seq=40)
     ranks = [
         _rank(0, text=CLOSED, failed=True, ended=2.0, code=1),

@@ -5,12 +5,12 @@ SLURM's own delivery is tested on a real cluster in test_slurm.py.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from pathlib import Path
 
+import builders
 import pytest
 from conftest import assert_no_orphans, start, worker
 
@@ -33,7 +33,7 @@ def _ready(tmp_path: Path, proc, nproc: int) -> list[int]:  # type: ignore[no-un
 
 
 def _report(tmp_path: Path) -> dict:  # type: ignore[type-arg]
-    return json.loads((tmp_path / "logs" / "latest" / "attempt_0" / "report.json").read_text())
+    return builders.read_report(tmp_path / "logs" / "latest" / "attempt_0")
 
 
 def _rank_log(tmp_path: Path, rank: int) -> str:

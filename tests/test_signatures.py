@@ -6,6 +6,7 @@ import json
 import signal
 from pathlib import Path
 
+import builders
 import pytest
 from conftest import cli, launch, worker
 
@@ -57,17 +58,7 @@ def test_non_finite_loss_lines() -> None:
 
 
 def _result(rank: int, at: float, log: Path, code: int = 1) -> RankResult:
-    return RankResult(
-        rank=rank,
-        local_rank=rank,
-        pid=10 + rank,
-        state=FAILED,
-        exit_code=code,
-        signal=None,
-        ended_after=at,
-        log_path=log,
-        error_file=log.with_suffix(".json"),
-    )
+    return builders.rank_result(rank, exit_code=code, ended_after=at, log=log)
 
 
 def _outcome(tmp_path: Path, ranks: list[RankResult]) -> Outcome:

@@ -7,9 +7,9 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import builders
 import pytest
 
-from safelaunch.hangs.detection import RankProgress
 from safelaunch.plan import Timebox
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
@@ -151,12 +151,11 @@ def test_causes_keep_the_strings_written_to_report_json() -> None:
 # --- watchers --------------------------------------------------------------------------
 
 
-def _progress(rank: int, last: float, beat: Beat | None = None) -> RankProgress:
-    return RankProgress(rank=rank, last_progress=last, beat=beat, heartbeat=beat is not None)
+_progress = builders.progress
 
 
 def _beat(rank: int, *, step: int | None = None, seq: int | None = None) -> Beat:
-    return Beat(rank=rank, time=0.0, since=0.0, frames=(), step=step, seq=seq)
+    return builders.beat(rank, step=step, seq=seq)
 
 
 def test_hang_watch_fires_only_once_every_rank_is_quiet_past_the_timeout() -> None:

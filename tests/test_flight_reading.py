@@ -1,4 +1,4 @@
-"""Flight records as the audit found them: explain reads the job's last attempt's (not the
+"""Reading flight records: explain reads the job's last attempt's (not the
 Gloo rerun's), "agree" only when two ranks' collectives were compared, and the dump
 request neither kills a rank that is exiting on its own nor labels it stopped by safelaunch.
 """
@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import builders
 import pytest
 from conftest import launch, safelaunch_cmd
 
@@ -181,15 +182,7 @@ def test_records_of_unnamed_groups_are_left_out_not_an_analyser_error(tmp_path: 
 
 
 def _exit(code: int, after: float) -> RankExit:
-    return RankExit(
-        rank=0,
-        local_rank=0,
-        pid=1,
-        returncode=code,
-        ended_after=after,
-        log_path=Path("/x"),
-        error_file=Path("/y"),
-    )
+    return builders.rank_exit(0, returncode=code, ended_after=after)
 
 
 @pytest.mark.parametrize(

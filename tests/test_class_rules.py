@@ -1,4 +1,4 @@
-"""Classes for faults no test had seen (the session-5 audit), as general rules.
+"""Classes from what a failure says: NaN/inf losses, resources a DataLoader worker ran out of.
 
 A NaN/inf loss or gradient stated in an error is model/gradient (and a loss line in any log
 is noted, without taking "info", "nanny" or "1e-inf" for one); what a DataLoader worker
@@ -193,7 +193,7 @@ def test_a_resource_error_in_a_dataloader_worker_is_resources(
     assert root.signature.meaning.startswith("in a DataLoader worker: ")
     assert "DataLoader worker" in root.signature.next_steps[-1]
     assert len(root.signature.next_steps) <= 4
-    # a bare `MemoryError` also names the statement that raised it (test_faults_unseen3)
+    # a bare `MemoryError` also names the statement that raised it (test_file_and_label_faults)
     assert root.error is not None and root.error.line.startswith(own_line)
     assert root.error.location == "/home/me/data.py:9 in __getitem__"
 

@@ -1,4 +1,4 @@
-"""Faults of the session-6 audit (tests/workers/unseen3_cases.py), as general rules.
+"""Files a job reads or writes, labels and devices (tests/workers/file_label_cases.py).
 
 Files a job reads or writes are environment/launch (a checkpoint torch.load cannot read,
 one weights_only refuses, a save into a directory that does not exist); a label outside
@@ -234,7 +234,7 @@ def _launch(tmp_path: Path, case: str):  # type: ignore[no-untyped-def]
         "--nproc-per-node=2",
         "--isolate=never",
         "--no-lint",
-        worker("unseen3_cases.py"),
+        worker("file_label_cases.py"),
         env={"CASE": case},
     )
 
@@ -251,7 +251,7 @@ def test_a_real_launch_names_the_rank_class_error_and_line(tmp_path: Path, case:
     assert shown and shown[1].startswith(klass), tail
     said = re.search(r"^safelaunch:   error: (.+)$", run.stderr, re.M)
     assert said and error in said[1], tail
-    assert f"unseen3_cases.py:{line} in " in run.stderr, tail
+    assert f"file_label_cases.py:{line} in " in run.stderr, tail
     assert f"exit code {code} (rank {rank}'s own code)" in run.stderr, tail
     own = [line for line in run.stderr.splitlines() if line.startswith("safelaunch:")]
     assert not any(re.search(r"(?i)\b(?:hang|hung)\b", line) for line in own), tail

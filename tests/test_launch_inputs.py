@@ -1,4 +1,4 @@
-"""Inputs and situations the other input tests do not reach (audit, session 6).
+"""Launch inputs the flag and environment tests do not reach, each a real launch.
 
 Each case is a real launch through conftest's helpers: a script that is a pipe, a `--`
 right after the script (compared with torchrun's own argparse layout), far more ranks

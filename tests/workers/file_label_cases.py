@@ -1,5 +1,5 @@
-"""Faults of the session-6 audit, 2 Gloo ranks each; CASE picks one (rank 1 is the culprit
-unless said otherwise).
+"""Faults in the files a job reads or writes, its labels and devices, 2 Gloo ranks each; CASE
+picks one (rank 1 is the culprit unless said otherwise).
 
 worker_keyerror: a Dataset's __getitem__ raises KeyError in a DataLoader worker (num_workers=2)
 corrupt_ckpt: torch.load of a truncated checkpoint file

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+import builders
 import pytest
 from conftest import launch, worker
 from test_fault_zoo import _cause_block, _explained
@@ -28,10 +29,7 @@ CLOSED = (FIXTURES / "peer-connection-closed.log").read_text()
 AT = "/u/train.py:9 in <module>"
 
 
-def _rank(rank: int, **fields: object) -> RankEvidence:
-    defaults: dict[str, object] = {"text": "", "failed": False, "ended": 1.0, "code": None}
-    defaults.update(fields)
-    return RankEvidence(rank=rank, **defaults)  # type: ignore[arg-type]
+_rank = builders.rank_evidence
 
 
 def _leave(how: str, code: int | str | None = None, left_at: int | None = None) -> Leave:
@@ -267,7 +265,7 @@ def test_an_uneven_hang_is_data_sampling() -> None:
 def _run(tmp_path: Path, case: str, *args: str) -> tuple[str, dict[str, object], Path]:
     pytest.importorskip("torch")
     run = launch(
-        tmp_path, "--nproc-per-node=2", *args, worker("unseen_cases.py"), env={"CASE": case}
+        tmp_path, "--nproc-per-node=2", *args, worker("leaving_cases.py"), env={"CASE": case}
     )
     report = json.loads((run.attempt() / "report.json").read_text())
     return run.stderr, {"code": run.returncode, **report}, run.run_dir
@@ -285,7 +283,7 @@ def test_a_rank_that_destroyed_its_group_and_worked_on_is_the_root_cause(tmp_pat
         "while the other ranks still communicated" in stderr
     )
     assert "error: destroy_process_group() after collective #2" in stderr
-    assert "unseen_cases.py:23 in destroyed" in stderr
+    assert "leaving_cases.py:23 in destroyed" in stderr
     assert "rank 0: failed as a consequence (peer-connection-closed), not a cause" in stderr
     # rank 1 was stopped by safelaunch: no code of its own; rank 0's, the first failure's
     assert report["code"] == report["exit_code"] == 1
@@ -317,7 +315,7 @@ def test_a_rank_that_ran_out_of_batches_and_waits_after_its_loop_is_uneven_data(
     assert "  next:  for inputs that are uneven by nature: with model.join():" in stderr
     ranks, klass, where, text = _explained(run_dir)
     assert (ranks, klass) == ((1,), "data/sampling")
-    assert where is not None and where.startswith("unseen_cases.py:37")
+    assert where is not None and where.startswith("leaving_cases.py:37")
     # explain gives the same class line and next steps as the live summary
     assert "  class: data/sampling (uneven-iterations): " in text
     live = [line.split("safelaunch: ", 1)[-1] for line in stderr.splitlines() if "  next: " in line]
@@ -335,7 +333,7 @@ def test_a_rank_that_exits_with_its_own_code_after_an_error_is_its_own_failure(
     assert not diagnosis["left_early"] and diagnosis["next_steps"] == []
     assert "safelaunch: FAILED: rank 1 exited with code 4 after" in stderr
     assert "  error: error: could not open shard index /nonexistent/index.json" in stderr
-    assert "  at:    " in stderr and "unseen_cases.py:44 in load_index" in stderr
+    assert "  at:    " in stderr and "leaving_cases.py:44 in load_index" in stderr
     assert "drop_last" not in stderr
     assert report["code"] == report["exit_code"] == 4
     assert "exit code 4 (rank 1's own code)" in stderr
