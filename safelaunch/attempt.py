@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from safelaunch.collector import paused
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
+from safelaunch.interpreter import paused
 from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.preflight import PreflightReport
 from safelaunch.rundir import report_file

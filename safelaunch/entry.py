@@ -4,20 +4,14 @@ SIGTERM there exit 143, each with one line.
 Importing the CLI and the launcher takes tens of milliseconds; a KeyboardInterrupt in
 that window would otherwise print a traceback, and a SIGTERM end the launcher silently.
 
-Two launch costs are cut here, in the one process that `safelaunch` and `python -m
-safelaunch` run (tests that call the commands in-process never come through):
-
-- No garbage collection while the launcher imports (safelaunch.cli.commands.settled
-  turns it back on once a command's imports are done, and says what it saves).
-- The interpreter's own exit: once the code is decided and the launcher has cleaned up
-  after itself, finalizing the interpreter (module teardown, a full collection) took
-  17-18 ms of every launch. `_leave` skips it when nothing is left for it to do.
+Two launch costs are cut here (safelaunch/interpreter.py, the one place the launcher
+bends the interpreter): no garbage collection while the launcher imports, and no
+interpreter finalization once the exit code is decided.
 """
 
-import atexit
-import gc
 import os
-import sys
+
+from safelaunch import interpreter
 
 # `signal` builds enums (~3 ms, unguarded before the try below): its C core has what this
 # module needs (safelaunch/rank/stdlib_standins.py)
@@ -38,7 +32,7 @@ def _stopped(signum: int, frame: object) -> None:
 def main() -> None:
     """Import the CLI, then run it (safelaunch.cli.main handles Ctrl-C and SIGTERM from
     there on)."""
-    gc.disable()  # until safelaunch.cli.commands.settled(): a launch or a subcommand calls it
+    interpreter.pause_collector()
     _fill_closed_streams()
     guarded = signals.getsignal(signals.SIGTERM) == signals.SIG_DFL  # an ignored one stays so
     if guarded:
@@ -78,29 +72,10 @@ def _fill_closed_streams() -> None:
 
 
 def _leave(done: SystemExit) -> None:
-    """Exit with the decided code without finalizing the interpreter, when that is safe.
-
-    By now the launch's `finally` has stopped the keeper, released the port lock and
-    removed the private directory, and every file the launcher writes was written with
-    os.write or closed by a `with`. What finalization would still do: run atexit handlers,
-    join threads, flush sys.stdout/sys.stderr. So: only with no handler registered and
-    no thread but this one (launcher messages a slow terminal still holds get
-    MESSAGES_WAIT first); after flushing both streams ourselves; and never for a code
-    that is not a number (sys.exit("text") prints it) nor when a flush fails (then the
-    interpreter's own exit reports it as before).
-    """
+    """Exit with the decided code, skipping the interpreter's finalization where safe."""
     import threading  # imported here: the Ctrl-C window before the CLI's guard stays short
 
     from safelaunch.console import drain_messages  # loaded by the CLI already
 
     drain_messages(MESSAGES_WAIT)  # a slow terminal's queued messages, bounded
-    code = 0 if done.code is None else done.code
-    if not isinstance(code, int) or atexit._ncallbacks() or threading.active_count() > 1:
-        raise done
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:  # None: started with it closed
-                stream.flush()
-    except (OSError, ValueError):
-        raise done from None
-    os._exit(code & 0xFF)  # what the kernel keeps of sys.exit's code too
+    interpreter.leave(done, threading.active_count())

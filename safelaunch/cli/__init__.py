@@ -15,10 +15,10 @@ from safelaunch.cli.commands import (
     explain_command,
     launch_command,
     lint_command,
-    settled,
     status_command,
 )
 from safelaunch.early_stop import stop_before_ranks
+from safelaunch.interpreter import settled
 
 __all__ = [
     "doctor_command",

@@ -7,7 +7,6 @@ itself to `finish`, the one place where errors become exit codes.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -20,22 +19,7 @@ from safelaunch.cli.sources import parse_launch
 from safelaunch.config import build_config
 from safelaunch.console import Console, buffer_of, color_wanted
 from safelaunch.errors import SafelaunchError
-
-
-def settled() -> None:
-    """The imports are done: collect again, from here on, what the launcher makes later.
-
-    safelaunch/entry.py pauses the collector while the CLI and the launch path import
-    (creating their dataclasses set off ~35 young and ~3 middle collections, ~6 ms of a
-    4-rank launch's CPU, that found little). gc.freeze keeps what the imports made out of
-    every later collection, also in the keeper that the launch forks next (what Python's
-    docs advise before a fork: its collections then never write to the shared heap).
-    Where something else runs the commands (tests, in-process) the collector was never
-    paused and this leaves it alone.
-    """
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
+from safelaunch.interpreter import settled
 
 
 def finish(body: Callable[[], int], errors: Console, interrupted: str = "interrupted") -> NoReturn:

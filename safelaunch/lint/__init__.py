@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from safelaunch.collector import paused
+from safelaunch.interpreter import paused
 from safelaunch.vocab import FailureClass
 
 if TYPE_CHECKING:  # the rules and the parser are loaded only to lint (lint_source): a

@@ -1,0 +1,85 @@
+"""Where the launcher bends the interpreter for launch cost: the one place it does.
+
+Each bend was measured (docs/launch-cost.md has the figures and what was dropped); the
+code inside a rank has its own, in safelaunch/rank/stdlib_standins.py (it may import
+nothing of the launcher's). Only `safelaunch` and `python -m safelaunch` come through
+here (safelaunch/entry.py): tests that call the commands in-process never pause the
+collector nor skip the exit.
+
+- The cyclic collector is paused while the CLI and the launch path import (creating
+  their dataclasses set off ~35 young and ~3 middle collections, ~6 ms of a 4-rank
+  launch's CPU, that found little) and while a script is parsed or the judging modules
+  import; reference counting still frees everything.
+- The interpreter's own exit (module teardown, a full collection: 17-18 ms of every
+  launch) is skipped once the code is decided and nothing is left for it to do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+
+
+def pause_collector() -> None:
+    """No collection until settled(): a launch or a subcommand calls it after its imports."""
+    gc.disable()
+
+
+def settled() -> None:
+    """The imports are done: collect again, from here on, what the launcher makes later.
+
+    Where something else runs the commands (tests, in-process) the collector was never
+    paused and this leaves it alone.
+    """
+    if not gc.isenabled():
+        gc.enable()
+
+
+class paused:
+    """No collection inside; the collector's previous state (on or off) afterwards.
+
+    A class rather than contextlib.contextmanager: entry.py imports this module before
+    the CLI's Ctrl-C guard is up, and contextlib would lengthen that window.
+    """
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._enabled:
+            gc.enable()
+
+
+def leave(done: SystemExit, threads: int) -> None:
+    """Exit with the decided code without finalizing the interpreter, when that is safe.
+
+    By now the launch's `finally` has stopped the keeper, released the port lock and
+    removed the private directory, and every file the launcher writes was written with
+    os.write or closed by a `with`. What finalization would still do: run atexit handlers,
+    join threads, flush sys.stdout/sys.stderr. So: only with no handler registered and
+    no thread but this one (`threads`: how many run); after flushing both streams
+    ourselves; and never for a code that is not a number (sys.exit("text") prints it) nor
+    when a flush fails (then the interpreter's own exit reports it as before).
+    """
+    code = 0 if done.code is None else done.code
+    if not isinstance(code, int) or atexit._ncallbacks() or threads > 1:
+        raise done
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: started with it closed
+                stream.flush()
+    except (OSError, ValueError):
+        raise done from None
+    os._exit(code & 0xFF)  # what the kernel keeps of sys.exit's code too
