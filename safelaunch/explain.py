@@ -26,13 +26,7 @@ from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.exitcodes import signal_name
-from safelaunch.outcome import (
-    ATTEMPT_STATUSES,
-    HUNG,
-    INTERRUPTED,
-    SUCCEEDED,
-    AttemptStatus,
-)
+from safelaunch.outcome import AttemptStatus
 from safelaunch.vocab import word_of
 
 
@@ -73,8 +67,8 @@ def evidence(logs: LogSet, table: Sequence[Signature]) -> list[RankEvidence]:
 def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> Verdict:
     """The same rule as the live run: find_root_cause over every rank's evidence."""
     non_finite = tuple((r.rank, line) for r in logs.ranks if (line := non_finite_loss(r.text)))
-    status = word_of(str(logs.report.get("status")), ATTEMPT_STATUSES)
-    if status in (SUCCEEDED, HUNG, INTERRUPTED):
+    status = word_of(str(logs.report.get("status")), AttemptStatus)
+    if status in (AttemptStatus.SUCCEEDED, AttemptStatus.HUNG, AttemptStatus.INTERRUPTED):
         return Verdict(root=None, log=None, non_finite=non_finite, status=status)
     root = find_root_cause(evidence(logs, table), table, logs.root_hint)
     log = next((r for r in logs.ranks if root is not None and r.rank == root.rank), None)
@@ -170,11 +164,11 @@ def render(where: str, logs: LogSet, verdict: Verdict) -> str:
     """The explanation for a person."""
     lines = [f"{where}: {logs.layout}, {len(logs.ranks)} rank log(s)"]
     report = logs.report
-    if verdict.status == SUCCEEDED:
+    if verdict.status == AttemptStatus.SUCCEEDED:
         lines.append(f"succeeded: all {len(logs.ranks)} ranks exited 0")
-    elif verdict.status == HUNG and isinstance(report.get("hang"), dict):
+    elif verdict.status == AttemptStatus.HUNG and isinstance(report.get("hang"), dict):
         lines.extend(_hang_lines(report))
-    elif verdict.status == INTERRUPTED:
+    elif verdict.status == AttemptStatus.INTERRUPTED:
         lines.append(f"interrupted (exit code {report.get('exit_code')}): no rank failed first")
     elif verdict.root is None and report.get("stopped_by_node"):
         lines.append(f"stopped: {report['stopped_by_node']}")

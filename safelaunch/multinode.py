@@ -123,11 +123,13 @@ def _stopped_waiting(
 ) -> JobVerdict:
     """A signal while this node waited for the others: its own stop, said as such."""
     from safelaunch.diagnose.nodes import JobVerdict
-    from safelaunch.outcome import INTERRUPTED
+    from safelaunch.outcome import AttemptStatus
 
     missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
     console.say(f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping")
-    return JobVerdict(status=INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=())
+    return JobVerdict(
+        status=AttemptStatus.INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=()
+    )
 
 
 def not_starting(

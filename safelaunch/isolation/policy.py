@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from safelaunch.diagnose import Diagnosis
-from safelaunch.outcome import FAILED, HUNG, AttemptStatus, Outcome
+from safelaunch.outcome import AttemptStatus, Outcome
 from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN
 
 FORCE = "to rerun anyway: --isolate always"
@@ -154,7 +154,7 @@ def _why(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> 
 
 def ending_of(outcome: Outcome, diagnosis: Diagnosis) -> Ending:
     """Map an attempt's diagnosis onto the policy's vocabulary."""
-    if outcome.status == HUNG:
+    if outcome.status == AttemptStatus.HUNG:
         return Ending.HANG
     signature = diagnosis.signature
     if signature is not None:
@@ -212,6 +212,6 @@ def should_isolate(
     mode: str, outcome: Outcome, diagnosis: Diagnosis, backend: Backend, detail_possible: bool
 ) -> Decision:
     """The decision for a finished attempt: only failures and hangs are candidates."""
-    if outcome.status not in (FAILED, HUNG):
+    if outcome.status not in (AttemptStatus.FAILED, AttemptStatus.HUNG):
         return Decision(run=False, why=Why.NOT_A_FAILURE, status=outcome.status)
     return decide(mode, ending_of(outcome, diagnosis), backend, detail_possible)

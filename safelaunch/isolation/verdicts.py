@@ -17,16 +17,7 @@ from safelaunch.diagnose.match import cause, matches
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.isolation.evidence import RankFiles, collective_lag, collective_mismatch
 from safelaunch.isolation.reruns import NCCL_TRANSPORTS, Experiment, Planned
-from safelaunch.outcome import (
-    FAILED,
-    HUNG,
-    INTERRUPTED,
-    PASSED,
-    SUCCEEDED,
-    TIMEBOXED,
-    AttemptStatus,
-    Outcome,
-)
+from safelaunch.outcome import AttemptStatus, Outcome
 from safelaunch.plan import Rerun
 from safelaunch.vocab import ENVIRONMENT
 
@@ -119,7 +110,7 @@ def _failure_key(diagnosis: Diagnosis) -> tuple[str, ...]:
 
 
 def _same_failure(a: Seen, b: Seen) -> bool:
-    if a.outcome.status == HUNG or b.outcome.status == HUNG:
+    if a.outcome.status == AttemptStatus.HUNG or b.outcome.status == AttemptStatus.HUNG:
         return a.outcome.status == b.outcome.status
     return _failure_key(a.diagnosis) == _failure_key(b.diagnosis)
 
@@ -133,7 +124,7 @@ DDP_UNDER_DETAIL = (
 def _ran_through(outcome: Outcome, crashed_in_ddp: bool = False) -> str:
     if crashed_in_ddp:
         return DDP_UNDER_DETAIL
-    if outcome.status == SUCCEEDED:
+    if outcome.status == AttemptStatus.SUCCEEDED:
         return f"ran to completion ({outcome.duration:.1f} s)"
     return f"got past the point where the job failed ({outcome.timebox_note})"
 
@@ -145,7 +136,7 @@ def _crashed_in_ddp_under_detail(job: Seen, rerun: Rerun, ran: Seen) -> bool:
     it does and then, on Gloo, gets past that point, meets torch 2.13's crash.
     """
     return (
-        ran.outcome.status == FAILED
+        ran.outcome.status == AttemptStatus.FAILED
         and rerun.env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL"
         and ran.files.comm.ddp
         and not job.files.comm.ddp
@@ -163,13 +154,13 @@ def _ended(rerun: Rerun, outcome: Outcome) -> RerunEnd:
 
 
 def _unfinished(rerun: Rerun, outcome: Outcome) -> Verdict | None:
-    if outcome.status == INTERRUPTED:
+    if outcome.status == AttemptStatus.INTERRUPTED:
         return Verdict(
             kind=Kind.NOT_FINISHED,
             headline="the rerun was interrupted: no verdict",
             ran=_ended(rerun, outcome),
         )
-    if outcome.status == TIMEBOXED:
+    if outcome.status == AttemptStatus.TIMEBOXED:
         return Verdict(
             kind=Kind.INCONCLUSIVE,
             headline=f"the rerun neither failed nor got past the job's failure point: "
@@ -187,7 +178,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     if unfinished is not None:
         return unfinished
     mismatch = collective_mismatch(seen.files.ledgers)
-    lag = collective_lag(seen.files.ledgers) if outcome.status == HUNG else None
+    lag = collective_lag(seen.files.ledgers) if outcome.status == AttemptStatus.HUNG else None
     ran = _ended(rerun, outcome)
     job_signature = job.diagnosis.signature
     swapped = (
@@ -196,7 +187,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
         or (job_signature is not None and job_signature.id.startswith("nccl"))
     )
     crashed_in_ddp = _crashed_in_ddp_under_detail(job, rerun, seen)
-    if outcome.status in (SUCCEEDED, PASSED) or crashed_in_ddp:
+    if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED) or crashed_in_ddp:
         if swapped:
             signature = job_signature
             steps = signature.next_steps if signature else ()
@@ -261,7 +252,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
 def _program_headline(outcome: Outcome, mismatch: str | None) -> str:
     if mismatch is not None:
         how = "the ranks call different collectives (seen in the Gloo rerun)"
-    elif outcome.status == HUNG:
+    elif outcome.status == AttemptStatus.HUNG:
         how = "it hangs on Gloo too"
     else:
         how = "it fails the same way on Gloo"
@@ -275,7 +266,7 @@ def single_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     if unfinished is not None:
         return unfinished
     ran = _ended(rerun, outcome)
-    if outcome.status in (SUCCEEDED, PASSED):
+    if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED):
         return Verdict(
             kind=Kind.DISTRIBUTED,
             headline=f"with one rank the job {_ran_through(outcome)}: the fault needs several "
@@ -316,7 +307,7 @@ def transport_verdict(rerun: Rerun, seen: Seen) -> Verdict:
     ran = _ended(rerun, outcome)
     variable = next(iter(rerun.env))
     about = next((what for name, _, what in NCCL_TRANSPORTS if name == variable), "")
-    if outcome.status in (SUCCEEDED, PASSED):
+    if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED):
         return Verdict(
             kind=Kind.TRANSPORT,
             headline=f"the failure goes away {rerun.purpose}: {about}",
