@@ -16,7 +16,7 @@ from safelaunch.diagnose.errortext import ErrorText
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.isolation.evidence import CommUse, RankFiles
 from safelaunch.isolation.reruns import Experiment, Planned
-from safelaunch.isolation.verdicts import Kind, Seen, judge
+from safelaunch.isolation.verdicts import Seen, VerdictKind, judge
 from safelaunch.outcome import AttemptStatus
 from safelaunch.plan import Rerun, Timebox
 
@@ -98,7 +98,7 @@ ROWS = [
         None,
         NCCL_JOB,
         Run(AttemptStatus.SUCCEEDED),
-        Kind.COMM_LAYER,
+        VerdictKind.COMM_LAYER,
     ),
     (
         "gloo past the point",
@@ -106,7 +106,7 @@ ROWS = [
         None,
         NCCL_JOB,
         Run(AttemptStatus.PASSED),
-        Kind.COMM_LAYER,
+        VerdictKind.COMM_LAYER,
     ),
     (
         "gloo passes, job on gloo",
@@ -114,7 +114,7 @@ ROWS = [
         None,
         GLOO_JOB,
         Run(AttemptStatus.PASSED),
-        Kind.NOT_REPRODUCED,
+        VerdictKind.NOT_REPRODUCED,
     ),
     (
         "gloo passes, job's signature is NCCL's",
@@ -122,7 +122,7 @@ ROWS = [
         None,
         Run(AttemptStatus.FAILED, signature="nccl-system-error", files=RankFiles(comm=GLOO)),
         Run(AttemptStatus.SUCCEEDED),
-        Kind.COMM_LAYER,
+        VerdictKind.COMM_LAYER,
     ),
     (
         "gloo dies building DDP under DETAIL: got further",
@@ -134,7 +134,7 @@ ROWS = [
             "Fatal Python error: Segmentation fault",
             files=RankFiles(comm=DDP_SWAPPED),
         ),
-        Kind.COMM_LAYER,
+        VerdictKind.COMM_LAYER,
     ),
     (
         "a DDP crash without DETAIL is a failure",
@@ -146,7 +146,7 @@ ROWS = [
             "Fatal Python error: Segmentation fault",
             files=RankFiles(comm=DDP_SWAPPED),
         ),
-        Kind.DIFFERS,
+        VerdictKind.DIFFERS,
     ),
     (
         "gloo lacks the op (its error)",
@@ -154,7 +154,7 @@ ROWS = [
         None,
         NCCL_JOB,
         Run(AttemptStatus.FAILED, PREMUL, "train.py:7", files=RankFiles(comm=SWAPPED)),
-        Kind.GLOO_CANNOT,
+        VerdictKind.GLOO_CANNOT,
     ),
     (
         "gloo lacks the op (its log's end)",
@@ -167,16 +167,23 @@ ROWS = [
             "t.py:1",
             files=RankFiles(comm=SWAPPED, root_tail=PREMUL),
         ),
-        Kind.GLOO_CANNOT,
+        VerdictKind.GLOO_CANNOT,
     ),
-    ("gloo fails the same way", Experiment.GLOO, None, NCCL_JOB, SAME_AS_NCCL_JOB, Kind.PROGRAM),
+    (
+        "gloo fails the same way",
+        Experiment.GLOO,
+        None,
+        NCCL_JOB,
+        SAME_AS_NCCL_JOB,
+        VerdictKind.PROGRAM,
+    ),
     (
         "gloo hangs as the job hung",
         Experiment.GLOO,
         None,
         HANG_JOB,
         Run(AttemptStatus.HUNG),
-        Kind.PROGRAM,
+        VerdictKind.PROGRAM,
     ),
     (
         "gloo fails otherwise, ledgers differ",
@@ -189,16 +196,16 @@ ROWS = [
             "t.py:2",
             files=_ledgers(("all_reduce:float32[4]",), ("barrier:",)),
         ),
-        Kind.PROGRAM,
+        VerdictKind.PROGRAM,
     ),
-    ("gloo fails otherwise", Experiment.GLOO, None, NCCL_JOB, BAD_VALUE, Kind.DIFFERS),
+    ("gloo fails otherwise", Experiment.GLOO, None, NCCL_JOB, BAD_VALUE, VerdictKind.DIFFERS),
     (
         "gloo interrupted",
         Experiment.GLOO,
         None,
         NCCL_JOB,
         Run(AttemptStatus.INTERRUPTED),
-        Kind.NOT_FINISHED,
+        VerdictKind.NOT_FINISHED,
     ),
     (
         "gloo at its cap",
@@ -206,7 +213,7 @@ ROWS = [
         None,
         NCCL_JOB,
         Run(AttemptStatus.TIMEBOXED),
-        Kind.INCONCLUSIVE,
+        VerdictKind.INCONCLUSIVE,
     ),
     (
         "one rank passes",
@@ -214,17 +221,24 @@ ROWS = [
         None,
         NCCL_JOB,
         Run(AttemptStatus.SUCCEEDED),
-        Kind.DISTRIBUTED,
+        VerdictKind.DISTRIBUTED,
     ),
-    ("one rank, same failure", Experiment.SINGLE, None, NCCL_JOB, SAME_AS_NCCL_JOB, Kind.SINGLE),
-    ("one rank, other failure", Experiment.SINGLE, None, NCCL_JOB, BAD_VALUE, Kind.DIFFERS),
+    (
+        "one rank, same failure",
+        Experiment.SINGLE,
+        None,
+        NCCL_JOB,
+        SAME_AS_NCCL_JOB,
+        VerdictKind.SINGLE,
+    ),
+    ("one rank, other failure", Experiment.SINGLE, None, NCCL_JOB, BAD_VALUE, VerdictKind.DIFFERS),
     (
         "one rank at its cap",
         Experiment.SINGLE,
         None,
         NCCL_JOB,
         Run(AttemptStatus.TIMEBOXED),
-        Kind.INCONCLUSIVE,
+        VerdictKind.INCONCLUSIVE,
     ),
     (
         "transport off passes",
@@ -232,16 +246,23 @@ ROWS = [
         None,
         NCCL_JOB,
         Run(AttemptStatus.PASSED),
-        Kind.TRANSPORT,
+        VerdictKind.TRANSPORT,
     ),
-    ("transport off fails", Experiment.TRANSPORT, None, NCCL_JOB, BAD_VALUE, Kind.NO_TRANSPORT),
+    (
+        "transport off fails",
+        Experiment.TRANSPORT,
+        None,
+        NCCL_JOB,
+        BAD_VALUE,
+        VerdictKind.NO_TRANSPORT,
+    ),
     (
         "transport off interrupted",
         Experiment.TRANSPORT,
         None,
         NCCL_JOB,
         Run(AttemptStatus.INTERRUPTED),
-        Kind.NOT_FINISHED,
+        VerdictKind.NOT_FINISHED,
     ),
 ]
 
@@ -252,7 +273,7 @@ ROWS = [
     ids=[row[0] for row in ROWS],
 )
 def test_verdict_table(
-    experiment: Experiment, env: dict[str, str] | None, job: Run, rerun: Run, kind: Kind
+    experiment: Experiment, env: dict[str, str] | None, job: Run, rerun: Run, kind: VerdictKind
 ) -> None:
     planned = _rerun(experiment, env)
     verdict = judge(planned, job.seen(), rerun.seen())
@@ -262,12 +283,12 @@ def test_verdict_table(
 
 
 def test_the_table_reaches_every_verdict() -> None:
-    assert {row[-1] for row in ROWS} == set(Kind)
+    assert {row[-1] for row in ROWS} == set(VerdictKind)
 
 
 def test_verdict_words_are_report_jsons() -> None:
     """report.json's `verdict` strings (docs/report-json.md): the enum keeps them."""
-    assert [k.value for k in Kind] == [
+    assert [k.value for k in VerdictKind] == [
         "communication layer",
         "program",
         "differs",

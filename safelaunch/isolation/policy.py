@@ -11,17 +11,16 @@ reason is one of a closed set (Why), said in words by Decision.reason.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from safelaunch.diagnose import Diagnosis
 from safelaunch.outcome import AttemptStatus, Outcome
-from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN
+from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN, StrEnum
 
 FORCE = "to rerun anyway: --isolate always"
 
 
-class Ending(enum.Enum):
+class Ending(StrEnum):
     """How the job ended, as far as the communication-layer question goes."""
 
     HANG = "a hang"
@@ -38,7 +37,7 @@ class Ending(enum.Enum):
     EXIT_CRASH = "a crash at exit, after the work was done"
 
 
-class Backend(enum.Enum):
+class Backend(StrEnum):
     """What the ranks' backend records (rank<N>.comm.json) say the job ran on."""
 
     NCCL = "NCCL"
@@ -70,7 +69,7 @@ STARTUP_ERRORS = (
 DIST_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
 
 
-class Why(enum.Enum):
+class Why(StrEnum):
     """Why the Gloo rerun runs or not (Decision.reason says it in words)."""
 
     NEVER = "never"  # --isolate never

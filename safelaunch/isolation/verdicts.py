@@ -7,7 +7,6 @@ a row of the table test (tests/test_isolation_verdicts.py).
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from safelaunch.isolation.evidence import RankFiles, collective_lag, collective_
 from safelaunch.isolation.reruns import NCCL_TRANSPORTS, Experiment, Planned
 from safelaunch.outcome import AttemptStatus, Outcome
 from safelaunch.plan import Rerun
-from safelaunch.vocab import ENVIRONMENT
+from safelaunch.vocab import ENVIRONMENT, StrEnum
 
 NCCL_STEPS = (
     "pin the network interface: NCCL_SOCKET_IFNAME=<interface> (ip -br addr lists them)",
@@ -28,7 +27,7 @@ NCCL_STEPS = (
 )
 
 
-class Kind(enum.Enum):
+class VerdictKind(StrEnum):
     """What a rerun proves; the value is report.json's `verdict` and the summary's word."""
 
     COMM_LAYER = "communication layer"
@@ -69,7 +68,7 @@ class Verdict:
     """What one rerun proves."""
 
     ran: RerunEnd
-    kind: Kind
+    kind: VerdictKind
     headline: str
     details: tuple[str, ...] = ()
     next_steps: tuple[str, ...] = ()
@@ -156,13 +155,13 @@ def _ended(rerun: Rerun, outcome: Outcome) -> RerunEnd:
 def _unfinished(rerun: Rerun, outcome: Outcome) -> Verdict | None:
     if outcome.status == AttemptStatus.INTERRUPTED:
         return Verdict(
-            kind=Kind.NOT_FINISHED,
+            kind=VerdictKind.NOT_FINISHED,
             headline="the rerun was interrupted: no verdict",
             ran=_ended(rerun, outcome),
         )
     if outcome.status == AttemptStatus.TIMEBOXED:
         return Verdict(
-            kind=Kind.INCONCLUSIVE,
+            kind=VerdictKind.INCONCLUSIVE,
             headline=f"the rerun neither failed nor got past the job's failure point: "
             f"{outcome.timebox_note}",
             next_steps=("give it longer: --isolate-timeout SECONDS",),
@@ -194,7 +193,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
             if signature is None or signature.klass != ENVIRONMENT:  # e.g. not NCCL's setup
                 steps = (*steps, *NCCL_STEPS)
             return Verdict(
-                kind=Kind.COMM_LAYER,
+                kind=VerdictKind.COMM_LAYER,
                 headline=f"on Gloo the same job {_ran_through(outcome, crashed_in_ddp)}: the "
                 "fault is in NCCL or the network/GPU interconnect, not in your program",
                 details=(f"the job: {describe_ending(job.outcome, job.diagnosis)}",),
@@ -202,7 +201,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
                 ran=ran,
             )
         return Verdict(
-            kind=Kind.NOT_REPRODUCED,
+            kind=VerdictKind.NOT_REPRODUCED,
             headline="run again on the same backend (it never used NCCL), the job "
             f"{_ran_through(outcome, crashed_in_ddp)}: an intermittent fault (timing, a flaky "
             "peer or network, "
@@ -214,7 +213,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     limit = _gloo_limit(seen) if swapped else None
     if limit is not None:
         return Verdict(
-            kind=Kind.GLOO_CANNOT,
+            kind=VerdictKind.GLOO_CANNOT,
             headline=f"the program uses something Gloo lacks ({limit.meaning}): this rerun "
             "cannot tell NCCL from the program",
             details=(f"the rerun: {describe_ending(outcome, diagnosis)}",),
@@ -228,7 +227,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
         details[:0] = [line for line in (mismatch, lag) if line]
         steps = diagnosis.signature.next_steps if diagnosis.signature else ()
         return Verdict(
-            kind=Kind.PROGRAM,
+            kind=VerdictKind.PROGRAM,
             headline=_program_headline(outcome, mismatch),
             details=tuple(details),
             next_steps=steps,
@@ -237,7 +236,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
             ran=ran,
         )
     return Verdict(
-        kind=Kind.DIFFERS,
+        kind=VerdictKind.DIFFERS,
         headline="it fails on Gloo too, but differently: both are shown",
         details=(
             f"the job:   {describe_ending(job.outcome, job.diagnosis)}",
@@ -268,14 +267,14 @@ def single_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     ran = _ended(rerun, outcome)
     if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED):
         return Verdict(
-            kind=Kind.DISTRIBUTED,
+            kind=VerdictKind.DISTRIBUTED,
             headline=f"with one rank the job {_ran_through(outcome)}: the fault needs several "
             "ranks (communication, or code that differs between ranks)",
             ran=ran,
         )
     if _same_failure(job, seen):
         return Verdict(
-            kind=Kind.SINGLE,
+            kind=VerdictKind.SINGLE,
             headline="it fails the same way with one rank: debug it as a single process "
             "(a debugger and prints work there)",
             details=(f"with one rank: {describe_ending(outcome, diagnosis)}",),
@@ -287,7 +286,7 @@ def single_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
             ran=ran,
         )
     return Verdict(
-        kind=Kind.DIFFERS,
+        kind=VerdictKind.DIFFERS,
         headline="with one rank it fails differently: both are shown",
         details=(
             f"the job:       {describe_ending(job.outcome, job.diagnosis)}",
@@ -309,7 +308,7 @@ def transport_verdict(rerun: Rerun, seen: Seen) -> Verdict:
     about = next((what for name, _, what in NCCL_TRANSPORTS if name == variable), "")
     if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED):
         return Verdict(
-            kind=Kind.TRANSPORT,
+            kind=VerdictKind.TRANSPORT,
             headline=f"the failure goes away {rerun.purpose}: {about}",
             next_steps=(
                 f"run with {variable}=1 until that transport is fixed (it costs bandwidth)",
@@ -317,7 +316,7 @@ def transport_verdict(rerun: Rerun, seen: Seen) -> Verdict:
             ran=ran,
         )
     return Verdict(
-        kind=Kind.NO_TRANSPORT,
+        kind=VerdictKind.NO_TRANSPORT,
         headline=f"it still fails {rerun.purpose}",
         details=(f"the rerun: {describe_ending(outcome, diagnosis)}",),
         ran=ran,
