@@ -21,6 +21,7 @@ from safelaunch.attempt import Session, run_attempt
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console
 from safelaunch.exitcodes import signal_name
+from safelaunch.lint import Severity
 from safelaunch.lint.report import lint_banner
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
@@ -179,7 +180,7 @@ def _attempts(session: Session) -> int:
         console.say(banner(config, preflight, plan, logs_ok))
         if attempt == 0 and preflight.warnings:
             console.say("\n".join(preflight.warnings), "warning")
-        if attempt == 0 and any(f.severity != "hint" for f in preflight.lint):
+        if attempt == 0 and any(f.severity != Severity.HINT for f in preflight.lint):
             console.say(lint_banner(config.training_script, preflight.lint), "warning")
         try:
             peers = membership.watch(attempt) if membership is not None else None

@@ -13,15 +13,25 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from safelaunch.collector import paused
-from safelaunch.vocab import FailureClass
+from safelaunch.vocab import FailureClass, StrEnum
 
 if TYPE_CHECKING:  # the rules and the parser are loaded only to lint (lint_source): a
     # launch whose script was linted before reads the cache and needs neither (launch cost)
-    from safelaunch.lint.rules import Rule, Severity
+    from safelaunch.lint.rules import Rule
 
 # Bumped whenever a rule changes what it finds: cached results of older rules are ignored.
 RULES_VERSION = "1"
-BLOCKING: tuple[Severity, ...] = ("error", "warning")  # what --strict (and the exit code) count
+
+
+class Severity(StrEnum):
+    """A rule's (here, not in rules.py: a launch reads the cache's words back without them)."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    HINT = "hint"
+
+
+BLOCKING = (Severity.ERROR, Severity.WARNING)  # what --strict (and the exit code) count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +108,15 @@ def to_json(result: LintResult) -> str:
 def from_json(text: str) -> LintResult:
     data = json.loads(text)
     findings = tuple(
-        Finding(**{**item, "signatures": tuple(item["signatures"])}) for item in data["findings"]
+        Finding(
+            **{
+                **item,
+                "severity": Severity(item["severity"]),
+                "klass": FailureClass(item["klass"]),
+                "signatures": tuple(item["signatures"]),
+            }
+        )
+        for item in data["findings"]
     )
     return LintResult(findings=findings, problem=data["problem"])
 

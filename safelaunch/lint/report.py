@@ -9,7 +9,7 @@ from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.errors import SafelaunchError
-from safelaunch.lint import Finding, LintResult, lint_source
+from safelaunch.lint import Finding, LintResult, Severity, lint_source
 
 
 class UnreadableScript(SafelaunchError):
@@ -31,7 +31,7 @@ def render(script: str, result: LintResult) -> str:
         lines.append(f"  fix: {finding.fix}")
     if not result.findings:
         return f"{script}: no DDP mistakes found ({len(RULES)} rules)"
-    counts = {level: 0 for level in ("error", "warning", "hint")}
+    counts = {level: 0 for level in Severity}
     for finding in result.findings:
         counts[finding.severity] += 1
     summary = ", ".join(f"{n} {level}{'s' if n != 1 else ''}" for level, n in counts.items())
@@ -75,7 +75,7 @@ def lint_banner(script: str, findings: Sequence[Finding]) -> str:
 
     Only shown with an error or warning: hints alone are for `safelaunch lint`.
     """
-    shown = [f for f in findings if f.severity != "hint"]
+    shown = [f for f in findings if f.severity != Severity.HINT]
     lines = [f"lint: {f.render(script)}; fix: {f.fix}" for f in shown]
     hints = len(findings) - len(shown)
     more = f"{hints} hint(s) more; " if hints else ""
