@@ -28,6 +28,14 @@ class StrEnum(str, Enum):
         return str.__format__(self, spec)
 
 
+class Switch(StrEnum):
+    """A setting that safelaunch decides unless told: --isolate and --color."""
+
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
 class FailureClass(StrEnum):
     ENVIRONMENT = "environment/launch"
     COMMUNICATION = "communication"

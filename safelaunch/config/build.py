@@ -26,6 +26,7 @@ from safelaunch.errors import ConfigError
 from safelaunch.slurm import slurm_defaults
 from safelaunch.userfiles import path_problem
 from safelaunch.values import text_problem
+from safelaunch.vocab import Switch
 
 # Options that name files or are the script's own: any bytes the OS takes, except NUL.
 _PATHS = ("training_script", "log_dir", "signatures", "training_script_args")
@@ -187,7 +188,7 @@ def build_config(
         lint=not raw.get("no_lint", False),
         local_addr=raw["local_addr"] or None,
         origins=tuple(origins),
-        isolate=raw.get("isolate", defaults.ISOLATE),
+        isolate=Switch(raw.get("isolate", defaults.ISOLATE)),
         isolate_timeout=raw.get("isolate_timeout", defaults.ISOLATE_TIMEOUT_S),
         isolate_single=raw.get("isolate_single", False),
         isolate_nccl=raw.get("isolate_nccl", False),

@@ -15,12 +15,14 @@ from types import MappingProxyType
 
 from safelaunch import defaults, values
 from safelaunch.errors import ConfigError
+from safelaunch.vocab import Switch
 
 NPROC_NAMES = ("gpu", "cpu", "auto")
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 START_METHODS = ("spawn", "fork", "forkserver")
 EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
 NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
+_ISOLATE = Switch(defaults.ISOLATE)
 
 # torchrun's Std flags: which of a rank's streams a setting applies to.
 STD_NONE, STD_OUT, STD_ERR, STD_ALL = 0, 1, 2, 3
@@ -89,7 +91,7 @@ class LaunchConfig:
     lint: bool = True  # the static check of the script for DDP mistakes (safelaunch.lint)
     local_addr: str | None = None  # multi-node: the address this node advertises
     origins: tuple[str, ...] = ()  # values taken from SLURM: "nnodes=2 (SLURM_JOB_NUM_NODES)"
-    isolate: str = defaults.ISOLATE  # the Gloo rerun after a failure: auto | always | never
+    isolate: Switch = _ISOLATE  # the Gloo rerun after a failure
     isolate_timeout: float = defaults.ISOLATE_TIMEOUT_S  # cap on each isolation rerun, seconds
     isolate_single: bool = False  # also rerun with one rank
     isolate_nccl: bool = False  # also rerun with each NCCL transport disabled in turn

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from safelaunch.diagnose import Diagnosis
 from safelaunch.outcome import AttemptStatus, Outcome
-from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN, StrEnum
+from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN, StrEnum, Switch
 
 FORCE = "to rerun anyway: --isolate always"
 
@@ -124,7 +124,7 @@ class Decision:
                 return f"{what}, but the job failed before any process group existed; {FORCE}"
 
 
-def decide(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> Decision:
+def decide(mode: Switch, ending: Ending, backend: Backend, detail_possible: bool) -> Decision:
     """The policy for a failed or hung job. Pure: the table test covers every combination.
 
     detail_possible: the Gloo rerun would get TORCH_DISTRIBUTED_DEBUG=DETAIL (the job
@@ -134,10 +134,10 @@ def decide(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -
     return Decision(run=why in RERUN, why=why, ending=ending, backend=backend)
 
 
-def _why(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> Why:
-    if mode == "never":
+def _why(mode: Switch, ending: Ending, backend: Backend, detail_possible: bool) -> Why:
+    if mode == Switch.NEVER:
         return Why.NEVER
-    if mode == "always":
+    if mode == Switch.ALWAYS:
         return Why.ALWAYS
     if ending not in COMM_POSSIBLE:
         return Why.ANY_BACKEND
@@ -208,7 +208,7 @@ def backend_of(
 
 
 def should_isolate(
-    mode: str, outcome: Outcome, diagnosis: Diagnosis, backend: Backend, detail_possible: bool
+    mode: Switch, outcome: Outcome, diagnosis: Diagnosis, backend: Backend, detail_possible: bool
 ) -> Decision:
     """The decision for a finished attempt: only failures and hangs are candidates."""
     if outcome.status not in (AttemptStatus.FAILED, AttemptStatus.HUNG):
