@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes
-from safelaunch.config import LaunchConfig
+from safelaunch.config import LaunchConfig, RdzvBackend
 from safelaunch.console import Console
 from safelaunch.exitcodes import signal_name
 from safelaunch.preflight import PreflightReport
@@ -39,7 +39,7 @@ def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> 
 
     where = (
         f"c10d at {config.rdzv_endpoint}"
-        if config.rdzv_backend == "c10d"
+        if config.rdzv_backend == RdzvBackend.C10D
         else f"static at {config.master_addr or '127.0.0.1'}:{config.master_port or 29500}"
     )
     low, high = config.nnodes

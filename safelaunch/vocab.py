@@ -54,7 +54,7 @@ RESOURCES = FailureClass.RESOURCES
 UNKNOWN = FailureClass.UNKNOWN
 CLASSES: tuple[FailureClass, ...] = tuple(FailureClass)
 
-Word = TypeVar("Word", bound=str)
+Word = TypeVar("Word", bound=StrEnum)
 
 
 def word_of(text: object, words: Iterable[Word]) -> Word | None:

@@ -24,6 +24,9 @@ from safelaunch.config.record import (
     STD_NONE,
     STD_OUT,
     LaunchConfig,
+    NprocWord,
+    RdzvBackend,
+    StartMethod,
     StreamSelection,
 )
 
@@ -39,6 +42,9 @@ __all__ = [
     "STD_NONE",
     "STD_OUT",
     "LaunchConfig",
+    "NprocWord",
+    "RdzvBackend",
+    "StartMethod",
     "StreamSelection",
     "build_config",
     "check_text",

@@ -21,7 +21,7 @@ from safelaunch.config.parse import (
     parse_signals,
     parse_streams,
 )
-from safelaunch.config.record import LaunchConfig
+from safelaunch.config.record import LaunchConfig, RdzvBackend, StartMethod
 from safelaunch.errors import ConfigError
 from safelaunch.slurm import slurm_defaults
 from safelaunch.userfiles import path_problem
@@ -39,7 +39,7 @@ def _check_multi_node(raw: Mapping[str, Any], nnodes: tuple[int, int]) -> None:
         raise ConfigError(
             f"--standalone with --nnodes={low}:{high}", "--standalone is one node: drop one"
         )
-    if raw["rdzv_backend"] == "static":
+    if raw["rdzv_backend"] == RdzvBackend.STATIC:
         if low != high:
             raise ConfigError(
                 f"--nnodes={low}:{high} with the static rendezvous",
@@ -61,7 +61,7 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """Refuse what would change the job's meaning; return notices for the rest."""
     nnodes = raw["nnodes"]
     multi = nnodes[1] > 1
-    if raw["rdzv_backend"] in ("etcd", "etcd-v2"):
+    if raw["rdzv_backend"] in (RdzvBackend.ETCD, RdzvBackend.ETCD_V2):
         raise ConfigError(
             f"--rdzv-backend={raw['rdzv_backend']} is not supported yet", "use static or c10d"
         )
@@ -88,7 +88,7 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
         notices.append(f"--numa-binding={raw['numa_binding']} is not supported yet")
     if raw["local_addr"] and not multi:
         notices.append("--local-addr has no effect on a single node")
-    if raw["run_path"] and raw["start_method"] != "spawn":
+    if raw["run_path"] and raw["start_method"] != StartMethod.SPAWN:
         notices.append(
             f"--start-method={raw['start_method']}: --run-path always starts a fresh "
             "interpreter per rank here (spawn semantics)"
@@ -155,14 +155,14 @@ def build_config(
         training_script_args=tuple(raw["training_script_args"]),
         nnodes=chosen["nnodes"],
         nproc_per_node=parse_nproc(str(raw["nproc_per_node"])),
-        rdzv_backend=raw["rdzv_backend"],
+        rdzv_backend=RdzvBackend(raw["rdzv_backend"]),
         rdzv_endpoint=raw["rdzv_endpoint"],
         rdzv_id=raw["rdzv_id"] or None,
         rdzv_conf=parse_rdzv_conf(raw["rdzv_conf"]),
         standalone=raw["standalone"],
         max_restarts=raw["max_restarts"],
         monitor_interval=raw["monitor_interval"],
-        start_method=raw["start_method"],
+        start_method=StartMethod(raw["start_method"]),
         role=raw["role"],
         module=raw["module"],
         no_python=raw["no_python"],

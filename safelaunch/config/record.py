@@ -15,14 +15,39 @@ from types import MappingProxyType
 
 from safelaunch import defaults, values
 from safelaunch.errors import ConfigError
-from safelaunch.vocab import Switch
+from safelaunch.vocab import StrEnum, Switch
 
-NPROC_NAMES = ("gpu", "cpu", "auto")
-RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
-START_METHODS = ("spawn", "fork", "forkserver")
+
+class NprocWord(StrEnum):
+    """--nproc-per-node given as a word: one rank per visible GPU, per CPU, or either."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+    AUTO = "auto"
+
+
+class RdzvBackend(StrEnum):
+    STATIC = "static"
+    C10D = "c10d"
+    ETCD = "etcd"
+    ETCD_V2 = "etcd-v2"
+
+
+class StartMethod(StrEnum):
+    SPAWN = "spawn"
+    FORK = "fork"
+    FORKSERVER = "forkserver"
+
+
+# The parser's choices: plain words (its messages show them with repr).
+NPROC_NAMES = tuple(word.value for word in NprocWord)
+RDZV_BACKENDS = tuple(backend.value for backend in RdzvBackend)
+START_METHODS = tuple(method.value for method in StartMethod)
 EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
 NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
 _ISOLATE = Switch(defaults.ISOLATE)
+_RDZV_BACKEND = RdzvBackend(defaults.RDZV_BACKEND)
+_START_METHOD = StartMethod(defaults.START_METHOD)
 
 # torchrun's Std flags: which of a rank's streams a setting applies to.
 STD_NONE, STD_OUT, STD_ERR, STD_ALL = 0, 1, 2, 3
@@ -57,15 +82,15 @@ class LaunchConfig:
     training_script: str
     training_script_args: tuple[str, ...] = ()
     nnodes: tuple[int, int] = defaults.NNODES
-    nproc_per_node: int | str = defaults.NPROC_PER_NODE
-    rdzv_backend: str = defaults.RDZV_BACKEND
+    nproc_per_node: int | NprocWord = defaults.NPROC_PER_NODE
+    rdzv_backend: RdzvBackend = _RDZV_BACKEND
     rdzv_endpoint: str = ""
     rdzv_id: str | None = None
     rdzv_conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     standalone: bool = False
     max_restarts: int = defaults.MAX_RESTARTS
     monitor_interval: float = defaults.MONITOR_INTERVAL_S
-    start_method: str = defaults.START_METHOD
+    start_method: StartMethod = _START_METHOD
     role: str = defaults.ROLE
     module: bool = False
     no_python: bool = False

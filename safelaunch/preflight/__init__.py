@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from safelaunch import defaults
-from safelaunch.config import LaunchConfig
+from safelaunch.config import LaunchConfig, NprocWord
 from safelaunch.errors import PreflightError
 from safelaunch.lint import Finding as LintFinding
 from safelaunch.preflight.entry import compile_entry
@@ -66,7 +66,7 @@ def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]
     if isinstance(wanted, int):
         return wanted, "--nproc-per-node"
     cpus = len(os.sched_getaffinity(0))
-    if wanted == "cpu":
+    if wanted == NprocWord.CPU:
         return cpus, "one per CPU (--nproc-per-node=cpu)"
     visible = parse_visible(config.environ.get("CUDA_VISIBLE_DEVICES"), inventory.gpus)
     gpus = len(visible.devices)
@@ -75,7 +75,7 @@ def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]
     hidden = hides_every_gpu(config.environ.get("CUDA_VISIBLE_DEVICES"), inventory)
     if hidden is not None:
         raise PreflightError(*hidden)
-    if wanted == "gpu":
+    if wanted == NprocWord.GPU:
         why = inventory.problem or "CUDA_VISIBLE_DEVICES hides them all"
         raise PreflightError(
             f"--nproc-per-node=gpu but no GPU is visible ({why})",
