@@ -22,6 +22,7 @@ from safelaunch.config.parse import (
     parse_streams,
 )
 from safelaunch.config.record import LaunchConfig, RdzvBackend, StartMethod
+from safelaunch.debugenv import DebugProfile
 from safelaunch.errors import ConfigError
 from safelaunch.slurm import slurm_defaults
 from safelaunch.userfiles import path_problem
@@ -182,7 +183,7 @@ def build_config(
         color=raw.get("color", False),
         hang_timeout=raw.get("hang_timeout", defaults.HANG_TIMEOUT_S),
         signatures_file=raw.get("signatures") or None,
-        debug_profile=raw.get("debug_profile", defaults.DEBUG_PROFILE),
+        debug_profile=DebugProfile(raw.get("debug_profile", defaults.DEBUG_PROFILE)),
         strict=raw.get("strict", False),
         preflight=not raw.get("no_preflight", False),
         lint=not raw.get("no_lint", False),

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from safelaunch import defaults, values
+from safelaunch.debugenv import DebugProfile
 from safelaunch.errors import ConfigError
 from safelaunch.vocab import StrEnum, Switch
 
@@ -46,6 +47,7 @@ START_METHODS = tuple(method.value for method in StartMethod)
 EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
 NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
 _ISOLATE = Switch(defaults.ISOLATE)
+_DEBUG_PROFILE = DebugProfile(defaults.DEBUG_PROFILE)
 _RDZV_BACKEND = RdzvBackend(defaults.RDZV_BACKEND)
 _START_METHOD = StartMethod(defaults.START_METHOD)
 
@@ -110,7 +112,7 @@ class LaunchConfig:
     color: bool = False
     hang_timeout: float = defaults.HANG_TIMEOUT_S  # 0 turns hang detection off
     signatures_file: str | None = None  # the user's own failure signatures (TOML)
-    debug_profile: str = defaults.DEBUG_PROFILE  # safelaunch.debugenv.PROFILES
+    debug_profile: DebugProfile = _DEBUG_PROFILE  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too
     preflight: bool = True  # False: only what must be resolved (rank count, port)
     lint: bool = True  # the static check of the script for DDP mistakes (safelaunch.lint)
