@@ -31,7 +31,7 @@ from safelaunch.vocab import word_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class LogVerdict:
     """The explanation: the root cause and what the knowledge base says of it."""
 
     root: RootCause | None
@@ -64,15 +64,15 @@ def evidence(logs: LogSet, table: Sequence[Signature]) -> list[RankEvidence]:
     ]
 
 
-def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> Verdict:
+def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> LogVerdict:
     """The same rule as the live run: find_root_cause over every rank's evidence."""
     non_finite = tuple((r.rank, line) for r in logs.ranks if (line := non_finite_loss(r.text)))
     status = word_of(str(logs.report.get("status")), AttemptStatus)
     if status in (AttemptStatus.SUCCEEDED, AttemptStatus.HUNG, AttemptStatus.INTERRUPTED):
-        return Verdict(root=None, log=None, non_finite=non_finite, status=status)
+        return LogVerdict(root=None, log=None, non_finite=non_finite, status=status)
     root = find_root_cause(evidence(logs, table), table, logs.root_hint)
     log = next((r for r in logs.ranks if root is not None and r.rank == root.rank), None)
-    return Verdict(root=root, log=log, non_finite=non_finite, status=status)
+    return LogVerdict(root=root, log=log, non_finite=non_finite, status=status)
 
 
 def _hang_lines(report: dict[str, Any]) -> list[str]:
@@ -137,7 +137,7 @@ def _seqs(report: dict[str, Any]) -> dict[int, int]:
     }
 
 
-def _root_lines(verdict: Verdict, hosts: dict[int, str], seqs: dict[int, int]) -> list[str]:
+def _root_lines(verdict: LogVerdict, hosts: dict[int, str], seqs: dict[int, int]) -> list[str]:
     """The root cause, rendered by the same cause_lines as the live summary."""
     root, log = verdict.root, verdict.log
     if root is None:
@@ -160,7 +160,7 @@ def _root_lines(verdict: Verdict, hosts: dict[int, str], seqs: dict[int, int]) -
     return lines
 
 
-def render(where: str, logs: LogSet, verdict: Verdict) -> str:
+def render(where: str, logs: LogSet, verdict: LogVerdict) -> str:
     """The explanation for a person."""
     lines = [f"{where}: {logs.layout}, {len(logs.ranks)} rank log(s)"]
     report = logs.report

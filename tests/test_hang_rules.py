@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from safelaunch.supervisor.activity import ActivityWatch, Usage, worked
+from safelaunch.supervisor.activity import ActivityWatch, TreeCounters, worked
 from safelaunch.supervisor.hang import (
     RENDEZVOUS_ALLOWANCE,
     STARTUP_ALLOWANCE,
@@ -75,8 +75,10 @@ def test_heartbeat_is_a_no_op_outside_safelaunch() -> None:
     assert beat._active is None
 
 
-def _usage(own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = False) -> Usage:
-    return Usage(own_cpu=own, child_cpu=child, io=io, on_disk=on_disk)
+def _usage(
+    own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = False
+) -> TreeCounters:
+    return TreeCounters(own_cpu=own, child_cpu=child, io=io, on_disk=on_disk)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +97,7 @@ def _usage(own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = Fa
     ],
 )
 def test_what_counts_as_work_in_a_ranks_process_tree(
-    now: Usage, elapsed: float, spins: bool, counts: bool
+    now: TreeCounters, elapsed: float, spins: bool, counts: bool
 ) -> None:
     assert (worked(_usage(), now, elapsed, spins) is not None) is counts
 

@@ -17,13 +17,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from safelaunch.diagnose.hang import HangAnalysis
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.outcome import Outcome
 from safelaunch.supervisor.signals import stop_requested
-from safelaunch.vocab import StrEnum, word_of
+from safelaunch.vocab import StrEnum, Word, word_of
 
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
 FLIGHT_DIR = "flight"  # in an attempt directory (plan.FLIGHT_DIR)
@@ -107,9 +107,6 @@ def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return result if isinstance(result, dict) else None
-
-
-Word = TypeVar("Word", bound=StrEnum)
 
 
 def _word(value: object, words: type[Word]) -> Word:

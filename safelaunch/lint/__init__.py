@@ -35,7 +35,7 @@ BLOCKING = (Severity.ERROR, Severity.WARNING)  # what --strict (and the exit cod
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Finding:
+class LintFinding:
     """One mistake at one place."""
 
     rule: str
@@ -56,16 +56,16 @@ class Finding:
 class LintResult:
     """The findings, or why the script could not be read."""
 
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[LintFinding, ...] = ()
     problem: str | None = None  # e.g. a SyntaxError: the script will fail on its own
 
     @property
-    def blocking(self) -> tuple[Finding, ...]:
+    def blocking(self) -> tuple[LintFinding, ...]:
         return tuple(f for f in self.findings if f.severity in BLOCKING)
 
 
-def _finding(rule: Rule, line: int, col: int) -> Finding:
-    return Finding(
+def _finding(rule: Rule, line: int, col: int) -> LintFinding:
+    return LintFinding(
         rule=rule.id,
         severity=rule.severity,
         line=line,
@@ -108,7 +108,7 @@ def to_json(result: LintResult) -> str:
 def from_json(text: str) -> LintResult:
     data = json.loads(text)
     findings = tuple(
-        Finding(
+        LintFinding(
             **{
                 **item,
                 "severity": Severity(item["severity"]),
@@ -122,8 +122,8 @@ def from_json(text: str) -> LintResult:
 
 
 def related(
-    findings: Sequence[Finding], klass: FailureClass | None, signature: str | None
-) -> list[Finding]:
+    findings: Sequence[LintFinding], klass: FailureClass | None, signature: str | None
+) -> list[LintFinding]:
     """Findings that predicted this failure: its signature first, else its class."""
     if signature is not None:
         exact = [f for f in findings if signature in f.signatures]

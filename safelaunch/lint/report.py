@@ -9,7 +9,7 @@ from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.errors import SafelaunchError
-from safelaunch.lint import Finding, LintResult, Severity, lint_source
+from safelaunch.lint import LintFinding, LintResult, Severity, lint_source
 
 
 class UnreadableScript(SafelaunchError):
@@ -70,7 +70,7 @@ def _read(script: str) -> bytes:
         raise UnreadableScript(f"lint: {script}: {exc.strerror or exc}") from None
 
 
-def lint_banner(script: str, findings: Sequence[Finding]) -> str:
+def lint_banner(script: str, findings: Sequence[LintFinding]) -> str:
     """Errors and warnings one line each, hints counted: never in the way of the launch.
 
     Only shown with an error or warning: hints alone are for `safelaunch lint`.
@@ -83,7 +83,7 @@ def lint_banner(script: str, findings: Sequence[Finding]) -> str:
     return "\n".join(lines)
 
 
-def lint_match(script: str, findings: Sequence[Finding]) -> str:
+def lint_match(script: str, findings: Sequence[LintFinding]) -> str:
     """Lines for the failure summary: lint findings in the same class as this failure."""
     return "".join(
         f"\n  lint:  before launch, lint found in the same script ({f.klass}): "

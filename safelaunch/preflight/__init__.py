@@ -12,7 +12,7 @@ from pathlib import Path
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, NprocWord
 from safelaunch.errors import PreflightError
-from safelaunch.lint import Finding as LintFinding
+from safelaunch.lint import LintFinding
 from safelaunch.preflight.entry import compile_entry
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.logroot import check_log_root

@@ -19,12 +19,13 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
+from safelaunch.runfiles import Writer
 from safelaunch.supervisor.hang import Beat, beat_from_record
 from safelaunch.vocab import StrEnum
 
@@ -33,8 +34,6 @@ HISTORY_SCHEMA = "safelaunch.history/1"
 LIVE_DIR = "live"
 FRAMES_SHOWN = 12
 MAX_SAMPLES = 600  # per rank and series: the history stays small on a week-long job
-
-Writer = Callable[[Path, str], bool]  # atomic file write; False when it failed
 
 
 class NodeSnapshotState(StrEnum):

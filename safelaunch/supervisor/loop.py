@@ -16,6 +16,7 @@ from safelaunch.console import Console
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.runfiles import Writer
 from safelaunch.supervisor import teardown
 from safelaunch.supervisor.ending import kill_everything, sweep_strays
 from safelaunch.supervisor.flight import request_records
@@ -26,7 +27,7 @@ from safelaunch.supervisor.interrupts import (
     signal_explains,
     stopped_from,
 )
-from safelaunch.supervisor.live import LiveState, Writer
+from safelaunch.supervisor.live import LiveState
 from safelaunch.supervisor.procs import reap_strays, signal_group, signal_pids
 from safelaunch.supervisor.record import AttemptRecord, PeerWatch
 from safelaunch.supervisor.signals import SignalReceiver
