@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safelaunch.config import LaunchConfig
-from safelaunch.console import Console
+from safelaunch.console import Console, Level
 from safelaunch.interpreter import paused
 from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.preflight import PreflightReport
@@ -114,7 +114,7 @@ def run_attempt(
         session.console.say(
             f"cannot write {shown_path(report_file.report(outcome.attempt_dir))}; the report: "
             + json.dumps(report, default=str),
-            "warning",
+            Level.WARNING,
         )
     if history is not None:
         history.append(report["attempts"][-1])
@@ -146,7 +146,7 @@ def _diagnosed(session: Session, outcome: Outcome, plan: LaunchPlan) -> Diagnosi
             f"internal error while diagnosing: {type(exc).__name__}: {str(exc)[:200]}; "
             "this is a bug in safelaunch, please report it. What follows is undiagnosed: "
             "the first rank that failed stands as the root cause",
-            "warning",
+            Level.WARNING,
         )
         first = outcome.first_failure
         return Diagnosis(root_cause=first, error=None, klass=UNKNOWN if first else None)

@@ -23,6 +23,8 @@ import time
 from collections import deque
 from typing import BinaryIO, TextIO
 
+from safelaunch.vocab import StrEnum, Switch
+
 LOCK_WAIT = 1.0  # seconds a queued message waits for a terminal write stuck on a full pipe
 BACKLOG = 1000  # launcher messages held for a blocked terminal; later ones are counted
 # A pipe takes a write of at most PIPE_BUF bytes whole or not at all: rank output goes
@@ -32,11 +34,19 @@ _YELLOW, _RED, _RESET = "\x1b[33m", "\x1b[31m", "\x1b[0m"
 _messengers: list[threading.Thread] = []  # those still writing queued messages
 
 
-def color_wanted(mode: str, stream: BinaryIO | None = None) -> bool:
+class Level(StrEnum):
+    """A launcher message's: a warning or an error is tagged (and coloured) as one."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+def color_wanted(mode: Switch, stream: BinaryIO | None = None) -> bool:
     """Resolve --color auto|always|never; auto means a TTY without NO_COLOR."""
-    if mode == "always":
+    if mode == Switch.ALWAYS:
         return True
-    if mode == "never" or os.environ.get("NO_COLOR"):
+    if mode == Switch.NEVER or os.environ.get("NO_COLOR"):
         return False
     target = stream if stream is not None else sys.stdout
     try:
@@ -121,14 +131,14 @@ class Console:
                     os.close(self._log_fd)
                 self._log_fd = None
 
-    def say(self, text: str, level: str = "info") -> None:
+    def say(self, text: str, level: Level = Level.INFO) -> None:
         """Print a launcher message, one `safelaunch:` prefix per line; never blocks."""
-        tag = {"warning": "warning: ", "error": "error: "}.get(level, "")
+        tag = f"{level}: " if level != Level.INFO else ""
         lines = [f"safelaunch: {tag}{line}" if line else "" for line in text.split("\n")]
         plain = "\n".join(lines) + "\n"
         shown = plain
-        if self.color and level in ("warning", "error"):
-            colour = _YELLOW if level == "warning" else _RED
+        if self.color and level != Level.INFO:
+            colour = _YELLOW if level == Level.WARNING else _RED
             shown = "".join(f"{colour}{line}{_RESET}\n" for line in lines)
         self._to_log(plain)  # the log first: it never waits for the terminal
         self._tell(shown.encode("utf-8", "replace"))

@@ -14,7 +14,7 @@ from safelaunch.preflight import DEFAULT_MASTER_ADDR
 from safelaunch.preflight.inventory import read_inventory, to_json
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.probe import probe_torch, torch_findings
-from safelaunch.preflight.system import ERROR, OK, WARNING, Finding, system_findings
+from safelaunch.preflight.system import ERROR, OK, WARNING, CheckLevel, Finding, system_findings
 from safelaunch.preflight.visible import parse_visible
 
 
@@ -55,7 +55,7 @@ def examine(nproc: int | None, master_addr: str | None) -> dict[str, Any]:
     }
 
 
-def _verdict(findings: list[Finding]) -> str:
+def _verdict(findings: list[Finding]) -> CheckLevel:
     levels = {f.level for f in findings}
     return ERROR if ERROR in levels else WARNING if WARNING in levels else OK
 

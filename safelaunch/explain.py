@@ -26,18 +26,12 @@ from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cau
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.exitcodes import signal_name
 from safelaunch.flights import forensics as collectives
-from safelaunch.outcome import (
-    ATTEMPT_STATUSES,
-    HUNG,
-    INTERRUPTED,
-    SUCCEEDED,
-    AttemptStatus,
-)
+from safelaunch.outcome import AttemptStatus
 from safelaunch.vocab import word_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class LogVerdict:
     """The explanation: the root cause and what the knowledge base says of it."""
 
     root: RootCause | None
@@ -70,15 +64,15 @@ def evidence(logs: LogSet, table: Sequence[Signature]) -> list[RankEvidence]:
     ]
 
 
-def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> Verdict:
+def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> LogVerdict:
     """The same rule as the live run: find_root_cause over every rank's evidence."""
     non_finite = tuple((r.rank, line) for r in logs.ranks if (line := non_finite_loss(r.text)))
-    status = word_of(str(logs.report.get("status")), ATTEMPT_STATUSES)
-    if status in (SUCCEEDED, HUNG, INTERRUPTED):
-        return Verdict(root=None, log=None, non_finite=non_finite, status=status)
+    status = word_of(str(logs.report.get("status")), AttemptStatus)
+    if status in (AttemptStatus.SUCCEEDED, AttemptStatus.HUNG, AttemptStatus.INTERRUPTED):
+        return LogVerdict(root=None, log=None, non_finite=non_finite, status=status)
     root = find_root_cause(evidence(logs, table), table, logs.root_hint)
     log = next((r for r in logs.ranks if root is not None and r.rank == root.rank), None)
-    return Verdict(root=root, log=log, non_finite=non_finite, status=status)
+    return LogVerdict(root=root, log=log, non_finite=non_finite, status=status)
 
 
 def _hang_lines(report: dict[str, Any]) -> list[str]:
@@ -143,7 +137,7 @@ def _seqs(report: dict[str, Any]) -> dict[int, int]:
     }
 
 
-def _root_lines(verdict: Verdict, hosts: dict[int, str], seqs: dict[int, int]) -> list[str]:
+def _root_lines(verdict: LogVerdict, hosts: dict[int, str], seqs: dict[int, int]) -> list[str]:
     """The root cause, rendered by the same cause_lines as the live summary."""
     root, log = verdict.root, verdict.log
     if root is None:
@@ -166,15 +160,15 @@ def _root_lines(verdict: Verdict, hosts: dict[int, str], seqs: dict[int, int]) -
     return lines
 
 
-def render(where: str, logs: LogSet, verdict: Verdict) -> str:
+def render(where: str, logs: LogSet, verdict: LogVerdict) -> str:
     """The explanation for a person."""
     lines = [f"{where}: {logs.layout}, {len(logs.ranks)} rank log(s)"]
     report = logs.report
-    if verdict.status == SUCCEEDED:
+    if verdict.status == AttemptStatus.SUCCEEDED:
         lines.append(f"succeeded: all {len(logs.ranks)} ranks exited 0")
-    elif verdict.status == HUNG and isinstance(report.get("hang"), dict):
+    elif verdict.status == AttemptStatus.HUNG and isinstance(report.get("hang"), dict):
         lines.extend(_hang_lines(report))
-    elif verdict.status == INTERRUPTED:
+    elif verdict.status == AttemptStatus.INTERRUPTED:
         lines.append(f"interrupted (exit code {report.get('exit_code')}): no rank failed first")
     elif verdict.root is None and report.get("stopped_by_node"):
         lines.append(f"stopped: {report['stopped_by_node']}")

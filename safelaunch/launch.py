@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from safelaunch import exitcodes, multinode
 from safelaunch.attempt import Session, run_attempt
 from safelaunch.config import LaunchConfig
-from safelaunch.console import Console
+from safelaunch.console import Console, Level
 from safelaunch.exitcodes import signal_name
+from safelaunch.lint import Severity
 from safelaunch.lint.findings_text import lint_banner
 from safelaunch.plan import LaunchPlan, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport, run_preflight
@@ -175,9 +176,9 @@ def _attempts(session: Session) -> int:
         logs_ok = open_attempt_logs(plan, console)
         console.say(banner(config, preflight, plan, logs_ok))
         if attempt == 0 and preflight.warnings:
-            console.say("\n".join(preflight.warnings), "warning")
-        if attempt == 0 and any(f.severity != "hint" for f in preflight.lint):
-            console.say(lint_banner(config.training_script, preflight.lint), "warning")
+            console.say("\n".join(preflight.warnings), Level.WARNING)
+        if attempt == 0 and any(f.severity != Severity.HINT for f in preflight.lint):
+            console.say(lint_banner(config.training_script, preflight.lint), Level.WARNING)
         try:
             peers = membership.watch(attempt) if membership is not None else None
             concluded = run_attempt(session, plan, logs_ok=logs_ok, peers=peers, history=history)

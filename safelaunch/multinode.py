@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes
-from safelaunch.config import LaunchConfig
+from safelaunch.config import LaunchConfig, RdzvBackend
 from safelaunch.console import Console
 from safelaunch.exitcodes import signal_name
 from safelaunch.preflight import PreflightReport
@@ -40,7 +40,7 @@ def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> 
 
     where = (
         f"c10d at {config.rdzv_endpoint}"
-        if config.rdzv_backend == "c10d"
+        if config.rdzv_backend == RdzvBackend.C10D
         else f"static at {config.master_addr or '127.0.0.1'}:{config.master_port or 29500}"
     )
     low, high = config.nnodes
@@ -124,11 +124,13 @@ def _stopped_waiting(
 ) -> JobVerdict:
     """A signal while this node waited for the others: its own stop, said as such."""
     from safelaunch.diagnose.nodes import JobVerdict
-    from safelaunch.outcome import INTERRUPTED
+    from safelaunch.outcome import AttemptStatus
 
     missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
     console.say(f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping")
-    return JobVerdict(status=INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=())
+    return JobVerdict(
+        status=AttemptStatus.INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=()
+    )
 
 
 def not_starting(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, get_args
 
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
@@ -17,7 +16,7 @@ from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
-from safelaunch.vocab import word_of
+from safelaunch.vocab import StrEnum, word_of
 
 # A rank's end time, in seconds from the attempt's start, to the millisecond: what
 # report.json keeps and `explain` judges from. The live verdict uses the same figure, so
@@ -25,21 +24,28 @@ from safelaunch.vocab import word_of
 # lower rank, on a tie); a finer clock would let the live run and explain disagree.
 ENDED_DECIMALS = 3
 
-# The closed vocabularies of report.json ("status", ranks' "state"): Literals, so the
-# values written stay the plain strings they always were and mypy checks every comparison.
-AttemptStatus = Literal["succeeded", "failed", "hung", "interrupted", "passed", "timeboxed"]
-RankState = Literal["succeeded", "failed", "stopped", "not started"]
 
-SUCCEEDED: Final = "succeeded"  # an attempt, or a rank
-FAILED: Final = "failed"  # an attempt, or a rank
-STOPPED: Final = "stopped"  # a rank safelaunch stopped itself
-NOT_STARTED: Final = "not started"  # a rank an earlier rank's failure to start kept back
-HUNG: Final = "hung"
-INTERRUPTED: Final = "interrupted"
-# an isolation rerun stopped by its time box: past the job's failure point, or at its cap
-PASSED: Final = "passed"
-TIMEBOXED: Final = "timeboxed"
-ATTEMPT_STATUSES: tuple[AttemptStatus, ...] = get_args(AttemptStatus)
+class AttemptStatus(StrEnum):
+    """How an attempt ended: report.json's "status"."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    HUNG = "hung"
+    INTERRUPTED = "interrupted"
+    # an isolation rerun stopped by its time box: past the job's failure point, or at its cap
+    PASSED = "passed"
+    TIMEBOXED = "timeboxed"
+
+
+class RankEnding(StrEnum):
+    """How one rank ended, judged: report.json's ranks' "state"."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # safelaunch stopped it itself
+    NOT_STARTED = "not started"  # an earlier rank's failure to start kept it back
+
+
 # What safelaunch sends to stop ranks (supervisor/loop.py): SIGTERM, SIGKILL at the
 # deadline, or the interrupt it forwards. The dump signal asks for stacks and flight
 # records: it stops nothing (a rank that dies of it was exiting on its own).
@@ -48,7 +54,7 @@ STOP_SIGNALS: frozenset[int] = frozenset({signal.SIGTERM, signal.SIGKILL})
 
 def attempt_status(text: str) -> AttemptStatus:
     """An attempt's status read back (another node's summary); ValueError if it is none."""
-    status = word_of(text, ATTEMPT_STATUSES)
+    status = word_of(text, AttemptStatus)
     if status is None:
         raise ValueError(f"{text!r} is not an attempt status")
     return status
@@ -61,7 +67,7 @@ class RankResult:
     rank: int
     local_rank: int
     pid: int | None
-    state: RankState
+    state: RankEnding
     exit_code: int | None  # the process's own code; None when a signal ended it
     signal: int | None
     ended_after: float
@@ -80,7 +86,7 @@ class RankResult:
 
     def how_it_ended(self) -> str:
         """`exited with code 3`, `died of SIGSEGV (exit 139)`, ..."""
-        if self.state == NOT_STARTED:
+        if self.state == RankEnding.NOT_STARTED:
             return "not started: an earlier rank could not start"
         if self.start_error:
             return self.start_error
@@ -125,7 +131,7 @@ class Outcome:
     @property
     def retryable(self) -> bool:
         """A failure or a hang counts against --max-restarts; success and interrupts end the run."""
-        return self.status in (FAILED, HUNG)
+        return self.status in (AttemptStatus.FAILED, AttemptStatus.HUNG)
 
 
 def judge(
@@ -137,15 +143,15 @@ def judge(
     sent to stop ranks, so that one that died of another is not said stopped by it.
     """
     code = exit_.returncode
-    state: RankState
+    state: RankEnding
     if exit_.skipped:
-        state = NOT_STARTED
+        state = RankEnding.NOT_STARTED
     elif code == 0:
-        state = SUCCEEDED
+        state = RankEnding.SUCCEEDED
     elif teardown_after is None or exit_.ended_after < teardown_after or exit_.start_error:
-        state = FAILED
+        state = RankEnding.FAILED
     else:
-        state = STOPPED
+        state = RankEnding.STOPPED
     return RankResult(
         rank=exit_.rank,
         local_rank=exit_.local_rank,
@@ -157,7 +163,7 @@ def judge(
         log_path=exit_.log_path,
         error_file=exit_.error_file,
         start_error=exit_.start_error,
-        stop_sent=state != STOPPED or code >= 0 or -code in sent,
+        stop_sent=state != RankEnding.STOPPED or code >= 0 or -code in sent,
     )
 
 
@@ -165,23 +171,25 @@ def outcome_of(record: AttemptRecord) -> Outcome:
     """Judge every rank and pick the root cause."""
     sent = STOP_SIGNALS | ({record.interrupt_signal} if record.interrupt_signal else set())
     ranks = tuple(judge(e, record.teardown_after, sent) for e in record.exits)
-    failures = sorted((r for r in ranks if r.state == FAILED), key=lambda r: r.ended_after)
+    failures = sorted(
+        (r for r in ranks if r.state == RankEnding.FAILED), key=lambda r: r.ended_after
+    )
     first = failures[0] if failures else None
     status: AttemptStatus
     cause = record.teardown_cause
     if cause is TeardownCause.SIGNAL and record.interrupt_signal is not None:
-        status, code = INTERRUPTED, exitcodes.for_signal(record.interrupt_signal)
+        status, code = AttemptStatus.INTERRUPTED, exitcodes.for_signal(record.interrupt_signal)
     elif cause is TeardownCause.HANG:
-        status, code = HUNG, exitcodes.HANG
+        status, code = AttemptStatus.HUNG, exitcodes.HANG
     elif cause in (TeardownCause.PASSED, TeardownCause.TIMEBOX) and first is None:
-        status = PASSED if cause is TeardownCause.PASSED else TIMEBOXED
+        status = AttemptStatus.PASSED if cause is TeardownCause.PASSED else AttemptStatus.TIMEBOXED
         code = exitcodes.SUCCESS
     elif first is not None:
-        status, code = FAILED, first.shell_code
+        status, code = AttemptStatus.FAILED, first.shell_code
     elif cause is TeardownCause.PEER:  # the cause is on another node
-        status, code = FAILED, 1
+        status, code = AttemptStatus.FAILED, 1
     else:
-        status, code = SUCCEEDED, exitcodes.SUCCESS
+        status, code = AttemptStatus.SUCCEEDED, exitcodes.SUCCESS
     return Outcome(
         attempt=record.plan.attempt,
         status=status,

@@ -9,15 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from safelaunch.diagnose import Diagnosis, stragglers
 from safelaunch.exitcodes import signal_name
-from safelaunch.outcome import (
-    ENDED_DECIMALS,
-    FAILED,
-    HUNG,
-    STOPPED,
-    SUCCEEDED,
-    Outcome,
-    RankResult,
-)
+from safelaunch.outcome import ENDED_DECIMALS, AttemptStatus, Outcome, RankEnding, RankResult
 from safelaunch.rundir.writing import shown_path, write_file
 from safelaunch.vocab import UNKNOWN
 
@@ -33,9 +25,9 @@ if TYPE_CHECKING:
 
 
 def _rank_state(result: RankResult) -> str:
-    if result.state == SUCCEEDED:
+    if result.state == RankEnding.SUCCEEDED:
         return "succeeded"
-    if result.state == STOPPED:
+    if result.state == RankEnding.STOPPED:
         return result.stop_label()
     return result.how_it_ended()
 
@@ -132,15 +124,15 @@ def exit_code(outcome: Outcome, diagnosis: Diagnosis) -> int:
     for it), gives no failure code: the first failure's code then, as torchrun would fail too.
     """
     root = diagnosis.root_cause
-    if outcome.status == FAILED and root is not None:
-        return (root.shell_code if root.state != STOPPED else 0) or outcome.exit_code
+    if outcome.status == AttemptStatus.FAILED and root is not None:
+        return (root.shell_code if root.state != RankEnding.STOPPED else 0) or outcome.exit_code
     return outcome.exit_code
 
 
 def _code_line(outcome: Outcome, root: RankResult, code: int, logs: str) -> str:
     """Whose code the run exits with: the root cause's own, or the first failure's."""
     first = outcome.first_failure
-    if root.state == STOPPED or root.shell_code != code:
+    if root.state == RankEnding.STOPPED or root.shell_code != code:
         whose = f"rank {first.rank}'s, the first failure" if first is not None else "the run's"
         return (
             f"exit code {code} ({whose}: rank {root.rank} left without an error code); logs: {logs}"
@@ -200,10 +192,10 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
     straggler = stragglers.summary(diagnosis.stragglers)
     if straggler is not None:
         notes.append(straggler)
-    if outcome.status == SUCCEEDED:
+    if outcome.status == AttemptStatus.SUCCEEDED:
         head = f"all {len(outcome.ranks)} ranks succeeded in {outcome.duration:.1f} s{attempt}"
         return "\n".join([head, *notes, f"logs: {logs}"])
-    if outcome.status == HUNG and diagnosis.hang is not None:
+    if outcome.status == AttemptStatus.HUNG and diagnosis.hang is not None:
         return render_hang(
             outcome, diagnosis.hang, logs, attempt, diagnosis.collectives, diagnosis.signature
         )
@@ -213,7 +205,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
         lines.extend(notes)
         lines.append(f"logs: {logs}")
         return "\n".join(lines)
-    if outcome.status == FAILED and diagnosis.root_cause is not None:
+    if outcome.status == AttemptStatus.FAILED and diagnosis.root_cause is not None:
         lines = _failure_lines(outcome, diagnosis, diagnosis.root_cause, attempt, logs_kept)
         lines.extend(notes)
         code = exit_code(outcome, diagnosis)

@@ -10,7 +10,7 @@ from typing import Any
 
 from safelaunch.diagnose.rootcause import RankEvidence
 from safelaunch.hangs.detection import RankProgress
-from safelaunch.outcome import FAILED, Outcome, RankResult, RankState
+from safelaunch.outcome import Outcome, RankEnding, RankResult
 from safelaunch.rundir import report_file
 from safelaunch.rundir.heartbeat_file import Beat, Frame
 from safelaunch.supervisor import RankExit
@@ -61,7 +61,7 @@ def rank_result(
     signal: int | None = None,
     ended_after: float = 1.0,
     log: Path | None = None,
-    state: RankState = FAILED,
+    state: RankEnding = RankEnding.FAILED,
 ) -> RankResult:
     log = log or NOWHERE / f"rank{rank}.log"
     return RankResult(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builders
 import pytest
 
-from safelaunch.hangs.activity import ActivityWatch, Usage, worked
+from safelaunch.hangs.activity import ActivityWatch, TreeCounters, worked
 from safelaunch.hangs.detection import (
     RENDEZVOUS_ALLOWANCE,
     STARTUP_ALLOWANCE,
@@ -74,8 +74,10 @@ def test_heartbeat_is_a_no_op_outside_safelaunch() -> None:
     assert beat._active is None
 
 
-def _usage(own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = False) -> Usage:
-    return Usage(own_cpu=own, child_cpu=child, io=io, on_disk=on_disk)
+def _usage(
+    own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = False
+) -> TreeCounters:
+    return TreeCounters(own_cpu=own, child_cpu=child, io=io, on_disk=on_disk)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +96,7 @@ def _usage(own: float = 0.0, child: float = 0.0, io: int = 0, on_disk: bool = Fa
     ],
 )
 def test_what_counts_as_work_in_a_ranks_process_tree(
-    now: Usage, elapsed: float, spins: bool, counts: bool
+    now: TreeCounters, elapsed: float, spins: bool, counts: bool
 ) -> None:
     assert (worked(_usage(), now, elapsed, spins) is not None) is counts
 

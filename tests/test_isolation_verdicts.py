@@ -16,15 +16,8 @@ from safelaunch.diagnose.errortext import ErrorText
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.isolation.evidence import CommUse, RankFiles
 from safelaunch.isolation.reruns import Experiment, Planned
-from safelaunch.isolation.verdicts import Kind, Seen, judge
-from safelaunch.outcome import (
-    FAILED,
-    HUNG,
-    INTERRUPTED,
-    PASSED,
-    SUCCEEDED,
-    TIMEBOXED,
-)
+from safelaunch.isolation.verdicts import Seen, VerdictKind, judge
+from safelaunch.outcome import AttemptStatus
 from safelaunch.plan import Rerun, Timebox
 
 BOX = Timebox(past_step=None, past_seq=None, after_s=10.0, cap_s=60.0)
@@ -59,9 +52,13 @@ class Run:
     files: RankFiles = field(default_factory=RankFiles)
 
     def seen(self) -> Seen:
-        note = "every rank is past step 3" if self.status in (PASSED, TIMEBOXED) else None
+        note = (
+            "every rank is past step 3"
+            if self.status in (AttemptStatus.PASSED, AttemptStatus.TIMEBOXED)
+            else None
+        )
         outcome = replace(_outcome(self.status, _rank()), timebox_note=note)
-        failed = self.status == FAILED
+        failed = self.status == AttemptStatus.FAILED
         signature = next((s for s in SIGNATURES if s.id == self.signature), None)
         error = ErrorText(line=self.error, location=self.at, source="log") if self.error else None
         diagnosis = Diagnosis(
@@ -81,90 +78,191 @@ def _ledgers(*per_rank: tuple[str, ...]) -> RankFiles:
     return RankFiles(comm=SWAPPED, ledgers=ledgers)
 
 
-BAD_VALUE = Run(FAILED, "ValueError: bad", "train.py:9")
-NCCL_JOB = Run(FAILED, "RuntimeError: NCCL error", "train.py:5", files=RankFiles(comm=NCCL))
-GLOO_JOB = Run(FAILED, "RuntimeError: peer closed", "train.py:5", files=RankFiles(comm=GLOO))
-SAME_AS_NCCL_JOB = Run(FAILED, "RuntimeError: other text", "train.py:5")
+BAD_VALUE = Run(AttemptStatus.FAILED, "ValueError: bad", "train.py:9")
+NCCL_JOB = Run(
+    AttemptStatus.FAILED, "RuntimeError: NCCL error", "train.py:5", files=RankFiles(comm=NCCL)
+)
+GLOO_JOB = Run(
+    AttemptStatus.FAILED, "RuntimeError: peer closed", "train.py:5", files=RankFiles(comm=GLOO)
+)
+SAME_AS_NCCL_JOB = Run(AttemptStatus.FAILED, "RuntimeError: other text", "train.py:5")
 PREMUL = "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo"
 DETAIL = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
-HANG_JOB = Run(HUNG, files=RankFiles(comm=NCCL))
+HANG_JOB = Run(AttemptStatus.HUNG, files=RankFiles(comm=NCCL))
 
 ROWS = [
     # (id, experiment, rerun env, job, rerun, verdict)
-    ("gloo passes, job on NCCL", Experiment.GLOO, None, NCCL_JOB, Run(SUCCEEDED), Kind.COMM_LAYER),
-    ("gloo past the point", Experiment.GLOO, None, NCCL_JOB, Run(PASSED), Kind.COMM_LAYER),
-    ("gloo passes, job on gloo", Experiment.GLOO, None, GLOO_JOB, Run(PASSED), Kind.NOT_REPRODUCED),
+    (
+        "gloo passes, job on NCCL",
+        Experiment.GLOO,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.SUCCEEDED),
+        VerdictKind.COMM_LAYER,
+    ),
+    (
+        "gloo past the point",
+        Experiment.GLOO,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.PASSED),
+        VerdictKind.COMM_LAYER,
+    ),
+    (
+        "gloo passes, job on gloo",
+        Experiment.GLOO,
+        None,
+        GLOO_JOB,
+        Run(AttemptStatus.PASSED),
+        VerdictKind.NOT_REPRODUCED,
+    ),
     (
         "gloo passes, job's signature is NCCL's",
         Experiment.GLOO,
         None,
-        Run(FAILED, signature="nccl-system-error", files=RankFiles(comm=GLOO)),
-        Run(SUCCEEDED),
-        Kind.COMM_LAYER,
+        Run(AttemptStatus.FAILED, signature="nccl-system-error", files=RankFiles(comm=GLOO)),
+        Run(AttemptStatus.SUCCEEDED),
+        VerdictKind.COMM_LAYER,
     ),
     (
         "gloo dies building DDP under DETAIL: got further",
         Experiment.GLOO,
         DETAIL,
         NCCL_JOB,
-        Run(FAILED, "Fatal Python error: Segmentation fault", files=RankFiles(comm=DDP_SWAPPED)),
-        Kind.COMM_LAYER,
+        Run(
+            AttemptStatus.FAILED,
+            "Fatal Python error: Segmentation fault",
+            files=RankFiles(comm=DDP_SWAPPED),
+        ),
+        VerdictKind.COMM_LAYER,
     ),
     (
         "a DDP crash without DETAIL is a failure",
         Experiment.GLOO,
         None,
         NCCL_JOB,
-        Run(FAILED, "Fatal Python error: Segmentation fault", files=RankFiles(comm=DDP_SWAPPED)),
-        Kind.DIFFERS,
+        Run(
+            AttemptStatus.FAILED,
+            "Fatal Python error: Segmentation fault",
+            files=RankFiles(comm=DDP_SWAPPED),
+        ),
+        VerdictKind.DIFFERS,
     ),
     (
         "gloo lacks the op (its error)",
         Experiment.GLOO,
         None,
         NCCL_JOB,
-        Run(FAILED, PREMUL, "train.py:7", files=RankFiles(comm=SWAPPED)),
-        Kind.GLOO_CANNOT,
+        Run(AttemptStatus.FAILED, PREMUL, "train.py:7", files=RankFiles(comm=SWAPPED)),
+        VerdictKind.GLOO_CANNOT,
     ),
     (
         "gloo lacks the op (its log's end)",
         Experiment.GLOO,
         None,
         NCCL_JOB,
-        Run(FAILED, "RuntimeError: x", "t.py:1", files=RankFiles(comm=SWAPPED, root_tail=PREMUL)),
-        Kind.GLOO_CANNOT,
+        Run(
+            AttemptStatus.FAILED,
+            "RuntimeError: x",
+            "t.py:1",
+            files=RankFiles(comm=SWAPPED, root_tail=PREMUL),
+        ),
+        VerdictKind.GLOO_CANNOT,
     ),
-    ("gloo fails the same way", Experiment.GLOO, None, NCCL_JOB, SAME_AS_NCCL_JOB, Kind.PROGRAM),
-    ("gloo hangs as the job hung", Experiment.GLOO, None, HANG_JOB, Run(HUNG), Kind.PROGRAM),
+    (
+        "gloo fails the same way",
+        Experiment.GLOO,
+        None,
+        NCCL_JOB,
+        SAME_AS_NCCL_JOB,
+        VerdictKind.PROGRAM,
+    ),
+    (
+        "gloo hangs as the job hung",
+        Experiment.GLOO,
+        None,
+        HANG_JOB,
+        Run(AttemptStatus.HUNG),
+        VerdictKind.PROGRAM,
+    ),
     (
         "gloo fails otherwise, ledgers differ",
         Experiment.GLOO,
         None,
         NCCL_JOB,
         Run(
-            FAILED,
+            AttemptStatus.FAILED,
             "RuntimeError: y",
             "t.py:2",
             files=_ledgers(("all_reduce:float32[4]",), ("barrier:",)),
         ),
-        Kind.PROGRAM,
+        VerdictKind.PROGRAM,
     ),
-    ("gloo fails otherwise", Experiment.GLOO, None, NCCL_JOB, BAD_VALUE, Kind.DIFFERS),
-    ("gloo interrupted", Experiment.GLOO, None, NCCL_JOB, Run(INTERRUPTED), Kind.NOT_FINISHED),
-    ("gloo at its cap", Experiment.GLOO, None, NCCL_JOB, Run(TIMEBOXED), Kind.INCONCLUSIVE),
-    ("one rank passes", Experiment.SINGLE, None, NCCL_JOB, Run(SUCCEEDED), Kind.DISTRIBUTED),
-    ("one rank, same failure", Experiment.SINGLE, None, NCCL_JOB, SAME_AS_NCCL_JOB, Kind.SINGLE),
-    ("one rank, other failure", Experiment.SINGLE, None, NCCL_JOB, BAD_VALUE, Kind.DIFFERS),
-    ("one rank at its cap", Experiment.SINGLE, None, NCCL_JOB, Run(TIMEBOXED), Kind.INCONCLUSIVE),
-    ("transport off passes", Experiment.TRANSPORT, None, NCCL_JOB, Run(PASSED), Kind.TRANSPORT),
-    ("transport off fails", Experiment.TRANSPORT, None, NCCL_JOB, BAD_VALUE, Kind.NO_TRANSPORT),
+    ("gloo fails otherwise", Experiment.GLOO, None, NCCL_JOB, BAD_VALUE, VerdictKind.DIFFERS),
+    (
+        "gloo interrupted",
+        Experiment.GLOO,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.INTERRUPTED),
+        VerdictKind.NOT_FINISHED,
+    ),
+    (
+        "gloo at its cap",
+        Experiment.GLOO,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.TIMEBOXED),
+        VerdictKind.INCONCLUSIVE,
+    ),
+    (
+        "one rank passes",
+        Experiment.SINGLE,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.SUCCEEDED),
+        VerdictKind.DISTRIBUTED,
+    ),
+    (
+        "one rank, same failure",
+        Experiment.SINGLE,
+        None,
+        NCCL_JOB,
+        SAME_AS_NCCL_JOB,
+        VerdictKind.SINGLE,
+    ),
+    ("one rank, other failure", Experiment.SINGLE, None, NCCL_JOB, BAD_VALUE, VerdictKind.DIFFERS),
+    (
+        "one rank at its cap",
+        Experiment.SINGLE,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.TIMEBOXED),
+        VerdictKind.INCONCLUSIVE,
+    ),
+    (
+        "transport off passes",
+        Experiment.TRANSPORT,
+        None,
+        NCCL_JOB,
+        Run(AttemptStatus.PASSED),
+        VerdictKind.TRANSPORT,
+    ),
+    (
+        "transport off fails",
+        Experiment.TRANSPORT,
+        None,
+        NCCL_JOB,
+        BAD_VALUE,
+        VerdictKind.NO_TRANSPORT,
+    ),
     (
         "transport off interrupted",
         Experiment.TRANSPORT,
         None,
         NCCL_JOB,
-        Run(INTERRUPTED),
-        Kind.NOT_FINISHED,
+        Run(AttemptStatus.INTERRUPTED),
+        VerdictKind.NOT_FINISHED,
     ),
 ]
 
@@ -175,7 +273,7 @@ ROWS = [
     ids=[row[0] for row in ROWS],
 )
 def test_verdict_table(
-    experiment: Experiment, env: dict[str, str] | None, job: Run, rerun: Run, kind: Kind
+    experiment: Experiment, env: dict[str, str] | None, job: Run, rerun: Run, kind: VerdictKind
 ) -> None:
     planned = _rerun(experiment, env)
     verdict = judge(planned, job.seen(), rerun.seen())
@@ -185,12 +283,12 @@ def test_verdict_table(
 
 
 def test_the_table_reaches_every_verdict() -> None:
-    assert {row[-1] for row in ROWS} == set(Kind)
+    assert {row[-1] for row in ROWS} == set(VerdictKind)
 
 
 def test_verdict_words_are_report_jsons() -> None:
     """report.json's `verdict` strings (docs/report-json.md): the enum keeps them."""
-    assert [k.value for k in Kind] == [
+    assert [k.value for k in VerdictKind] == [
         "communication layer",
         "program",
         "differs",
@@ -207,17 +305,25 @@ def test_verdict_words_are_report_jsons() -> None:
 
 def test_what_the_verdicts_name() -> None:
     gloo = _rerun(Experiment.GLOO)
-    limit = judge(gloo, NCCL_JOB.seen(), Run(FAILED, PREMUL, files=RankFiles(comm=SWAPPED)).seen())
+    limit = judge(
+        gloo,
+        NCCL_JOB.seen(),
+        Run(AttemptStatus.FAILED, PREMUL, files=RankFiles(comm=SWAPPED)).seen(),
+    )
     assert limit.signature == "gloo-premul-sum"
-    mismatched = Run(FAILED, "E: y", files=_ledgers(("all_reduce:float32[4]",), ("barrier:",)))
+    mismatched = Run(
+        AttemptStatus.FAILED, "E: y", files=_ledgers(("all_reduce:float32[4]",), ("barrier:",))
+    )
     program = judge(gloo, NCCL_JOB.seen(), mismatched.seen())
     assert program.mismatch == (
         "collective #1 differs: rank 0 called all_reduce(float32[4]); rank 1 called barrier()"
     )
     behind = RankFiles(ledgers={0: {1: ("barrier", "")}, 1: {}})
-    hang = judge(gloo, HANG_JOB.seen(), Run(HUNG, files=behind).seen())
+    hang = judge(gloo, HANG_JOB.seen(), Run(AttemptStatus.HUNG, files=behind).seen())
     assert "collectives called from Python: rank 1 called 0; rank 0 called 1" in hang.details
-    transport = judge(_rerun(Experiment.TRANSPORT), NCCL_JOB.seen(), Run(PASSED).seen())
+    transport = judge(
+        _rerun(Experiment.TRANSPORT), NCCL_JOB.seen(), Run(AttemptStatus.PASSED).seen()
+    )
     assert transport.headline.endswith(
         "shared memory between processes: /dev/shm size, IPC namespace"
     )

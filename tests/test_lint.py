@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from safelaunch.diagnose.signatures import SIGNATURES
-from safelaunch.lint import lint_source, related
+from safelaunch.lint import Severity, lint_source, related
 from safelaunch.lint.cache import lint_cached
 from safelaunch.lint.rules import RULES
-from safelaunch.vocab import CLASSES
+from safelaunch.vocab import CLASSES, DATA
 
 HEAD = """\
 import os
@@ -255,6 +255,8 @@ def test_cache_by_content(tmp_path: Path) -> None:
     again = lint_cached(script, environ)
     cached_s = time.perf_counter() - started
     assert again == first and [f.rule for f in again.findings] == ["sampler-with-shuffle"]
+    # the cache's words are read back as the vocabularies' members
+    assert again.findings[0].severity is Severity.ERROR and again.findings[0].klass is DATA
     print(f"cached lint: {cached_s * 1000:.2f} ms")  # bench/vs_torchrun.py measures the launch
     script.write_text(HEAD)  # new content, new entry
     assert lint_cached(script, environ).findings == ()

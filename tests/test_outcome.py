@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import get_args
 
 import builders
 import pytest
@@ -12,16 +11,7 @@ import pytest
 from safelaunch.diagnose import diagnose
 from safelaunch.diagnose.errortext import parse_traceback
 from safelaunch.diagnose.signatures import SIGNATURES
-from safelaunch.outcome import (
-    FAILED,
-    HUNG,
-    STOPPED,
-    SUCCEEDED,
-    AttemptStatus,
-    RankState,
-    attempt_status,
-    outcome_of,
-)
+from safelaunch.outcome import AttemptStatus, RankEnding, attempt_status, outcome_of
 from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.report import render_summary, report_record
 from safelaunch.supervisor import AttemptRecord, RankExit
@@ -78,7 +68,12 @@ def test_earliest_failure_is_the_root_cause_and_killed_ranks_are_not_failures() 
         cause=TeardownCause.RANK_FAILED,
     )
     outcome = outcome_of(record)
-    assert [r.state for r in outcome.ranks] == [STOPPED, FAILED, FAILED, SUCCEEDED]
+    assert [r.state for r in outcome.ranks] == [
+        RankEnding.STOPPED,
+        RankEnding.FAILED,
+        RankEnding.FAILED,
+        RankEnding.SUCCEEDED,
+    ]
     assert outcome.first_failure is not None and outcome.first_failure.rank == 2
     assert outcome.exit_code == 139
     text = render_summary(outcome, diagnose(outcome))
@@ -124,12 +119,18 @@ def test_traceback_parsing_points_at_user_code_and_strips_rank_markers() -> None
 
 
 def test_statuses_and_classes_are_closed_vocabularies_written_as_before() -> None:
-    """Literals: report.json keeps the plain strings; a name read back is checked."""
-    assert get_args(AttemptStatus) == (
+    """str Enums: report.json keeps the plain strings; a name read back is the member."""
+    assert tuple(AttemptStatus) == (
         "succeeded", "failed", "hung", "interrupted", "passed", "timeboxed",
     )  # fmt: skip
-    assert get_args(RankState) == ("succeeded", "failed", "stopped", "not started")
-    assert attempt_status("hung") == HUNG
+    assert tuple(RankEnding) == ("succeeded", "failed", "stopped", "not started")
+    assert attempt_status("hung") is AttemptStatus.HUNG
+    ending = RankEnding.NOT_STARTED
+    assert (str(ending), f"{ending}", f"{ending:>12}", " ".join([ending])) == (
+        "not started", "not started", " not started", "not started",
+    )  # fmt: skip
+    assert json.dumps({ending: [ending]}) == '{"not started": ["not started"]}'
+    assert json.dumps([ending], indent=1) == '[\n "not started"\n]'
     with pytest.raises(ValueError, match="not an attempt status"):
         attempt_status("sucess")
     assert CLASSES == (

@@ -20,7 +20,7 @@ from safelaunch.isolation.policy import (
     ending_of,
     should_isolate,
 )
-from safelaunch.outcome import FAILED, HUNG, INTERRUPTED, SUCCEEDED, Outcome, RankResult
+from safelaunch.outcome import AttemptStatus, Outcome, RankResult
 
 E, B = Ending, Backend
 NCCLISH = {B.NCCL, B.NCCL_NOT_UP}
@@ -119,12 +119,12 @@ def _error(line: str, sig: int | None = None) -> Diagnosis:
     ids=lambda v: v.name if isinstance(v, Ending) else "",
 )
 def test_how_a_diagnosis_maps_onto_an_ending(diagnosis: Diagnosis, ending: Ending) -> None:
-    assert ending_of(_outcome(FAILED, _rank()), diagnosis) is ending
+    assert ending_of(_outcome(AttemptStatus.FAILED, _rank()), diagnosis) is ending
 
 
 def test_a_hang_is_a_hang_whatever_else_is_known() -> None:
     diagnosis = Diagnosis(root_cause=None, error=None)
-    assert ending_of(_outcome(HUNG), diagnosis) is E.HANG
+    assert ending_of(_outcome(AttemptStatus.HUNG), diagnosis) is E.HANG
 
 
 @pytest.mark.parametrize(
@@ -149,7 +149,7 @@ def test_backend_from_the_ranks_records(
     assert backend_of(requested, used, attempted, initialised) is backend
 
 
-@pytest.mark.parametrize("status", [SUCCEEDED, INTERRUPTED])
+@pytest.mark.parametrize("status", [AttemptStatus.SUCCEEDED, AttemptStatus.INTERRUPTED])
 def test_only_failures_and_hangs_are_candidates(status: str) -> None:
     diagnosis = Diagnosis(root_cause=None, error=None)
     decision = should_isolate("always", _outcome(status), diagnosis, B.NCCL, True)

@@ -13,7 +13,7 @@ from conftest import cli, launch, worker
 from safelaunch.diagnose import diagnose
 from safelaunch.diagnose.match import cause, matches, non_finite_loss
 from safelaunch.diagnose.signatures import SIGNATURES
-from safelaunch.outcome import FAILED, Outcome, RankResult
+from safelaunch.outcome import AttemptStatus, Outcome, RankEnding, RankResult
 from safelaunch.report import REPORT_SCHEMA, render_summary, report_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -65,7 +65,7 @@ def _outcome(tmp_path: Path, ranks: list[RankResult]) -> Outcome:
     first = min(ranks, key=lambda r: r.ended_after)
     return Outcome(
         attempt=0,
-        status=FAILED,
+        status=AttemptStatus.FAILED,
         ranks=tuple(ranks),
         first_failure=first,
         interrupt_signal=None,
@@ -121,7 +121,7 @@ def test_shutdown_crash_after_the_work_vs_after_a_python_error(tmp_path: Path) -
         rank=1,
         local_rank=1,
         pid=11,
-        state=FAILED,
+        state=RankEnding.FAILED,
         exit_code=None,
         signal=signal.SIGABRT,
         ended_after=2.0,

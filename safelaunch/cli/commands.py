@@ -17,9 +17,10 @@ from safelaunch.cli.options import Number, a_script_file
 from safelaunch.cli.parser import Parser
 from safelaunch.cli.sources import parse_launch
 from safelaunch.config import build_config
-from safelaunch.console import Console, buffer_of, color_wanted
+from safelaunch.console import Console, Level, buffer_of, color_wanted
 from safelaunch.errors import SafelaunchError
 from safelaunch.interpreter import settled
+from safelaunch.vocab import Switch
 
 
 def finish(body: Callable[[], int], errors: Console, interrupted: str = "interrupted") -> NoReturn:
@@ -33,7 +34,7 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
     try:
         code = body()
     except SafelaunchError as exc:
-        errors.say(exc.render(), "error")
+        errors.say(exc.render(), Level.ERROR)
         code = exc.exit_code
     except KeyboardInterrupt:
         errors.say(interrupted)
@@ -41,8 +42,8 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
     except Exception:
         import traceback  # only on this path: a bug in safelaunch
 
-        errors.say(traceback.format_exc().rstrip(), "plain")
-        errors.say("internal error: this is a bug in safelaunch; please report it", "error")
+        errors.say(traceback.format_exc().rstrip())
+        errors.say("internal error: this is a bug in safelaunch; please report it", Level.ERROR)
         code = exitcodes.INTERNAL
     sys.exit(code)
 
@@ -50,7 +51,7 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
 def launch_command(args: Sequence[str]) -> NoReturn:
     """`safelaunch [OPTIONS] TRAINING_SCRIPT [TRAINING_SCRIPT_ARGS]...`: a launch."""
     raw, explicit = parse_launch(args, os.environ)
-    raw["color"] = color_wanted(raw["color"])
+    raw["color"] = color_wanted(Switch(raw["color"]))
     console = Console(color=raw["color"])
 
     def launch() -> int:
@@ -122,7 +123,7 @@ def explain_command(args: Sequence[str]) -> NoReturn:
     signatures = given.signatures
     if signatures is None:  # SAFELAUNCH_SIGNATURES, as for a launch (an empty one is unset)
         signatures = os.environ.get("SAFELAUNCH_SIGNATURES") or None
-    console = Console(color=color_wanted("auto", buffer_of(sys.stderr)))
+    console = Console(color=color_wanted(Switch.AUTO, buffer_of(sys.stderr)))
 
     def explain_logs() -> int:
         from safelaunch.diagnose.user_signatures import load
@@ -217,7 +218,7 @@ def status_command(args: Sequence[str]) -> NoReturn:
 
     from safelaunch import status
 
-    out = Console(color=color_wanted("auto", buffer_of(sys.stdout)))
+    out = Console(color=color_wanted(Switch.AUTO, buffer_of(sys.stdout)))
 
     def look() -> int:
         try:
@@ -240,7 +241,7 @@ def status_command(args: Sequence[str]) -> NoReturn:
             pass  # Ctrl-C is how a --watch ends
         return exitcodes.SUCCESS
 
-    finish(look, Console(color=color_wanted("auto", buffer_of(sys.stderr))))
+    finish(look, Console(color=color_wanted(Switch.AUTO, buffer_of(sys.stderr))))
 
 
 def lint_command(args: Sequence[str]) -> NoReturn:
@@ -260,4 +261,4 @@ def lint_command(args: Sequence[str]) -> NoReturn:
         Console().emit((text + "\n").encode())
         return code
 
-    finish(check, Console(color=color_wanted("auto", buffer_of(sys.stderr))))
+    finish(check, Console(color=color_wanted(Switch.AUTO, buffer_of(sys.stderr))))

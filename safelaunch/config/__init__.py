@@ -15,6 +15,9 @@ from safelaunch.config.launch_config import (
     STD_NONE,
     STD_OUT,
     LaunchConfig,
+    NprocWord,
+    RdzvBackend,
+    StartMethod,
     StreamSelection,
 )
 from safelaunch.config.parse import (
@@ -39,6 +42,9 @@ __all__ = [
     "STD_NONE",
     "STD_OUT",
     "LaunchConfig",
+    "NprocWord",
+    "RdzvBackend",
+    "StartMethod",
     "StreamSelection",
     "build_config",
     "check_text",

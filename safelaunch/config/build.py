@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from safelaunch import defaults, values
-from safelaunch.config.launch_config import LaunchConfig
+from safelaunch.config.launch_config import LaunchConfig, RdzvBackend, StartMethod
 from safelaunch.config.parse import (
     parse_filters,
     parse_nnodes,
@@ -22,10 +22,12 @@ from safelaunch.config.parse import (
     parse_signals,
     parse_streams,
 )
+from safelaunch.debugenv import DebugProfile
 from safelaunch.errors import ConfigError
 from safelaunch.slurm import slurm_defaults
 from safelaunch.userfiles import path_problem
 from safelaunch.values import text_problem
+from safelaunch.vocab import Switch
 
 # Options that name files or are the script's own: any bytes the OS takes, except NUL.
 _PATHS = ("training_script", "log_dir", "signatures", "training_script_args")
@@ -38,7 +40,7 @@ def _check_multi_node(raw: Mapping[str, Any], nnodes: tuple[int, int]) -> None:
         raise ConfigError(
             f"--standalone with --nnodes={low}:{high}", "--standalone is one node: drop one"
         )
-    if raw["rdzv_backend"] == "static":
+    if raw["rdzv_backend"] == RdzvBackend.STATIC:
         if low != high:
             raise ConfigError(
                 f"--nnodes={low}:{high} with the static rendezvous",
@@ -60,7 +62,7 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """Refuse what would change the job's meaning; return notices for the rest."""
     nnodes = raw["nnodes"]
     multi = nnodes[1] > 1
-    if raw["rdzv_backend"] in ("etcd", "etcd-v2"):
+    if raw["rdzv_backend"] in (RdzvBackend.ETCD, RdzvBackend.ETCD_V2):
         raise ConfigError(
             f"--rdzv-backend={raw['rdzv_backend']} is not supported yet", "use static or c10d"
         )
@@ -87,7 +89,7 @@ def unsupported_yet(raw: Mapping[str, Any]) -> tuple[str, ...]:
         notices.append(f"--numa-binding={raw['numa_binding']} is not supported yet")
     if raw["local_addr"] and not multi:
         notices.append("--local-addr has no effect on a single node")
-    if raw["run_path"] and raw["start_method"] != "spawn":
+    if raw["run_path"] and raw["start_method"] != StartMethod.SPAWN:
         notices.append(
             f"--start-method={raw['start_method']}: --run-path always starts a fresh "
             "interpreter per rank here (spawn semantics)"
@@ -154,14 +156,14 @@ def build_config(
         training_script_args=tuple(raw["training_script_args"]),
         nnodes=chosen["nnodes"],
         nproc_per_node=parse_nproc(str(raw["nproc_per_node"])),
-        rdzv_backend=raw["rdzv_backend"],
+        rdzv_backend=RdzvBackend(raw["rdzv_backend"]),
         rdzv_endpoint=raw["rdzv_endpoint"],
         rdzv_id=raw["rdzv_id"] or None,
         rdzv_conf=parse_rdzv_conf(raw["rdzv_conf"]),
         standalone=raw["standalone"],
         max_restarts=raw["max_restarts"],
         monitor_interval=raw["monitor_interval"],
-        start_method=raw["start_method"],
+        start_method=StartMethod(raw["start_method"]),
         role=raw["role"],
         module=raw["module"],
         no_python=raw["no_python"],
@@ -181,13 +183,13 @@ def build_config(
         color=raw.get("color", False),
         hang_timeout=raw.get("hang_timeout", defaults.HANG_TIMEOUT_S),
         signatures_file=raw.get("signatures") or None,
-        debug_profile=raw.get("debug_profile", defaults.DEBUG_PROFILE),
+        debug_profile=DebugProfile(raw.get("debug_profile", defaults.DEBUG_PROFILE)),
         strict=raw.get("strict", False),
         preflight=not raw.get("no_preflight", False),
         lint=not raw.get("no_lint", False),
         local_addr=raw["local_addr"] or None,
         origins=tuple(origins),
-        isolate=raw.get("isolate", defaults.ISOLATE),
+        isolate=Switch(raw.get("isolate", defaults.ISOLATE)),
         isolate_timeout=raw.get("isolate_timeout", defaults.ISOLATE_TIMEOUT_S),
         isolate_single=raw.get("isolate_single", False),
         isolate_nccl=raw.get("isolate_nccl", False),

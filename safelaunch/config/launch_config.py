@@ -14,13 +14,42 @@ from pathlib import Path
 from types import MappingProxyType
 
 from safelaunch import defaults, values
+from safelaunch.debugenv import DebugProfile
 from safelaunch.errors import ConfigError
+from safelaunch.vocab import StrEnum, Switch
 
-NPROC_NAMES = ("gpu", "cpu", "auto")
-RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
-START_METHODS = ("spawn", "fork", "forkserver")
+
+class NprocWord(StrEnum):
+    """--nproc-per-node given as a word: one rank per visible GPU, per CPU, or either."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+    AUTO = "auto"
+
+
+class RdzvBackend(StrEnum):
+    STATIC = "static"
+    C10D = "c10d"
+    ETCD = "etcd"
+    ETCD_V2 = "etcd-v2"
+
+
+class StartMethod(StrEnum):
+    SPAWN = "spawn"
+    FORK = "fork"
+    FORKSERVER = "forkserver"
+
+
+# The parser's choices: plain words (its messages show them with repr).
+NPROC_NAMES = tuple(word.value for word in NprocWord)
+RDZV_BACKENDS = tuple(backend.value for backend in RdzvBackend)
+START_METHODS = tuple(method.value for method in StartMethod)
 EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
 NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
+_ISOLATE = Switch(defaults.ISOLATE)
+_DEBUG_PROFILE = DebugProfile(defaults.DEBUG_PROFILE)
+_RDZV_BACKEND = RdzvBackend(defaults.RDZV_BACKEND)
+_START_METHOD = StartMethod(defaults.START_METHOD)
 
 # torchrun's Std flags: which of a rank's streams a setting applies to.
 STD_NONE, STD_OUT, STD_ERR, STD_ALL = 0, 1, 2, 3
@@ -55,15 +84,15 @@ class LaunchConfig:
     training_script: str
     training_script_args: tuple[str, ...] = ()
     nnodes: tuple[int, int] = defaults.NNODES
-    nproc_per_node: int | str = defaults.NPROC_PER_NODE
-    rdzv_backend: str = defaults.RDZV_BACKEND
+    nproc_per_node: int | NprocWord = defaults.NPROC_PER_NODE
+    rdzv_backend: RdzvBackend = _RDZV_BACKEND
     rdzv_endpoint: str = ""
     rdzv_id: str | None = None
     rdzv_conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     standalone: bool = False
     max_restarts: int = defaults.MAX_RESTARTS
     monitor_interval: float = defaults.MONITOR_INTERVAL_S
-    start_method: str = defaults.START_METHOD
+    start_method: StartMethod = _START_METHOD
     role: str = defaults.ROLE
     module: bool = False
     no_python: bool = False
@@ -83,13 +112,13 @@ class LaunchConfig:
     color: bool = False
     hang_timeout: float = defaults.HANG_TIMEOUT_S  # 0 turns hang detection off
     signatures_file: str | None = None  # the user's own failure signatures (TOML)
-    debug_profile: str = defaults.DEBUG_PROFILE  # safelaunch.debugenv.PROFILES
+    debug_profile: DebugProfile = _DEBUG_PROFILE  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too
     preflight: bool = True  # False: only what must be resolved (rank count, port)
     lint: bool = True  # the static check of the script for DDP mistakes (safelaunch.lint)
     local_addr: str | None = None  # multi-node: the address this node advertises
     origins: tuple[str, ...] = ()  # values taken from SLURM: "nnodes=2 (SLURM_JOB_NUM_NODES)"
-    isolate: str = defaults.ISOLATE  # the Gloo rerun after a failure: auto | always | never
+    isolate: Switch = _ISOLATE  # the Gloo rerun after a failure
     isolate_timeout: float = defaults.ISOLATE_TIMEOUT_S  # cap on each isolation rerun, seconds
     isolate_single: bool = False  # also rerun with one rank
     isolate_nccl: bool = False  # also rerun with each NCCL transport disabled in turn

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from safelaunch import values
-from safelaunch.config.launch_config import NPROC_NAMES, StreamSelection
+from safelaunch.config.launch_config import NprocWord, StreamSelection
 from safelaunch.errors import ConfigError
+from safelaunch.vocab import word_of
 
 _STD_VALUE = re.compile(r"^[0123]$")
 _STD_MAPPING = re.compile(r"^([0-9]:[0123],)*([0-9]:[0123])$")
@@ -43,11 +44,12 @@ def parse_nnodes(text: str) -> tuple[int, int]:
     return low, high
 
 
-def parse_nproc(text: str) -> int | str:
+def parse_nproc(text: str) -> int | NprocWord:
     """An int >= 1, or one of gpu / cpu / auto (resolved by preflight)."""
     value = text.strip().lower()
-    if value in NPROC_NAMES:
-        return value
+    word = word_of(value, NprocWord)
+    if word is not None:
+        return word
     if value == "xpu":
         raise ConfigError("--nproc-per-node=xpu is not supported yet", "give a number of ranks")
     try:

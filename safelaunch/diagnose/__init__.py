@@ -19,7 +19,7 @@ from safelaunch.diagnose.reading import LOG_TAIL
 from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.diagnose.stragglers import Arrivals
-from safelaunch.outcome import FAILED, HUNG, SUCCEEDED, Outcome, RankResult
+from safelaunch.outcome import AttemptStatus, Outcome, RankEnding, RankResult
 from safelaunch.vocab import COMMUNICATION, UNKNOWN, FailureClass
 
 # What only a failed or hung attempt needs (the root-cause rule, error texts, hang and
@@ -85,9 +85,13 @@ def evidence_of(result: RankResult, text: str, leave: Leave | None) -> RankEvide
     return RankEvidence(
         rank=result.rank,
         text=text,
-        failed=result.state == FAILED,
-        ended=result.ended_after if result.state in (FAILED, SUCCEEDED) else None,
-        code=result.exit_code if result.state in (FAILED, SUCCEEDED) else None,
+        failed=result.state == RankEnding.FAILED,
+        ended=result.ended_after
+        if result.state in (RankEnding.FAILED, RankEnding.SUCCEEDED)
+        else None,
+        code=result.exit_code
+        if result.state in (RankEnding.FAILED, RankEnding.SUCCEEDED)
+        else None,
         signum=result.signal,
         error_file=result.error_file,
         leave=leave,
@@ -107,9 +111,13 @@ def diagnose(
         (rank, line) for rank, text in texts.items() if (line := non_finite_loss(text))
     )
     stragglers = arrival.for_attempt(outcome.attempt_dir)
-    failed = [r for r in outcome.ranks if r.state == FAILED]
+    failed = [r for r in outcome.ranks if r.state == RankEnding.FAILED]
     no_cause = outcome.first_failure is None or not failed
-    if outcome.hang is None and outcome.status not in (FAILED, HUNG) and no_cause:
+    if (
+        outcome.hang is None
+        and outcome.status not in (AttemptStatus.FAILED, AttemptStatus.HUNG)
+        and no_cause
+    ):
         # what the rest would find for a job that ended well, without importing it
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
@@ -120,7 +128,11 @@ def diagnose(
 
     hang = analyse_hang(outcome)
     # torch's analyser costs an import of torch: only when something went wrong
-    collectives = for_attempt(outcome, hang) if outcome.status in (FAILED, HUNG) else None
+    collectives = (
+        for_attempt(outcome, hang)
+        if outcome.status in (AttemptStatus.FAILED, AttemptStatus.HUNG)
+        else None
+    )
     if no_cause:
         klass = hang_class(hang) if hang else None
         return Diagnosis(
@@ -160,7 +172,7 @@ def diagnose(
 
 def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:
     """One line: how an attempt or rerun ended, root cause first (error, file:line)."""
-    if outcome.status == HUNG:
+    if outcome.status == AttemptStatus.HUNG:
         hang = diagnosis.hang
         if hang is not None and hang.culprits:
             return f"hung; likely culprit rank {','.join(map(str, hang.culprits))}: {hang.reason}"

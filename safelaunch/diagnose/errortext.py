@@ -14,6 +14,7 @@ from pathlib import Path
 from safelaunch.diagnose.frames import RANK_MARKER, user_frame
 from safelaunch.diagnose.reading import read_tail
 from safelaunch.userfiles import load_json
+from safelaunch.vocab import StrEnum
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 # faulthandler's form: no comma before "in"
@@ -31,13 +32,21 @@ _MORE_CHARS = 500
 _NOT_MORE = ("Traceback (most recent", "During handling of", "The above exception", "File ")
 
 
+class ErrorSource(StrEnum):
+    """Where a rank's error line was read (report.json's error_source)."""
+
+    ERROR_FILE = "error file"
+    LOG = "log"
+    EXIT_RECORD = "exit record"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorText:
     """The exception line and the innermost frame in the user's own code."""
 
     line: str
     location: str | None
-    source: str  # "error file" | "log"
+    source: ErrorSource
 
 
 def _frames_then_error(lines: list[str]) -> tuple[str, str | None, int] | None:
@@ -104,11 +113,13 @@ def from_error_file(path: Path | None) -> ErrorText | None:
         payload = load_json(str(path))
         message = payload["message"]
         if isinstance(message, str):
-            return ErrorText(line=message.strip(), location=None, source="error file")
+            return ErrorText(line=message.strip(), location=None, source=ErrorSource.ERROR_FILE)
         stack = message.get("extraInfo", {}).get("py_callstack", "")
         parsed = parse_traceback(stack)
         line = str(message.get("message", "")).strip() or (parsed[0] if parsed else "")
-        return ErrorText(line=line, location=parsed[1] if parsed else None, source="error file")
+        return ErrorText(
+            line=line, location=parsed[1] if parsed else None, source=ErrorSource.ERROR_FILE
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -153,8 +164,8 @@ def native_error(text: str) -> ErrorText | None:
             continue
         what = next((m["what"] for m in map(_WHAT.match, lines[i + 1 : i + 4]) if m), None)
         line = f"{thrown['type']}: {what}" if what else lines[i].strip()
-        return ErrorText(line=line, location=location, source="log")
-    return ErrorText(line=lines[fatal[-1]].strip(), location=location, source="log")
+        return ErrorText(line=line, location=location, source=ErrorSource.LOG)
+    return ErrorText(line=lines[fatal[-1]].strip(), location=location, source=ErrorSource.LOG)
 
 
 def from_log(path: Path | None, text: str | None = None) -> ErrorText | None:
@@ -163,7 +174,7 @@ def from_log(path: Path | None, text: str | None = None) -> ErrorText | None:
         text = read_tail(path) if path is not None else ""
     parsed = parse_traceback(text)
     if parsed:
-        return ErrorText(line=parsed[0], location=parsed[1], source="log")
+        return ErrorText(line=parsed[0], location=parsed[1], source=ErrorSource.LOG)
     return native_error(text)
 
 

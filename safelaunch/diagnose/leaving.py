@@ -17,8 +17,19 @@ from typing import Any
 from safelaunch.diagnose.frames import user_frame
 from safelaunch.rundir import exit_file, heartbeat_file
 from safelaunch.rundir.exit_file import ExitRecord
+from safelaunch.vocab import StrEnum, word_of
 
-DESTROYED = "destroy_process_group"  # the record's `how` while the rank still ran
+
+class LeaveHow(StrEnum):
+    """How a rank's Python code ended (rank/beat.py writes these words in its exit record)."""
+
+    SYS_EXIT = "sys.exit"
+    RETURNED = "returned"  # the end of the script
+    DESTROYED = "destroy_process_group"  # while the rank still ran
+
+
+def _how(record: Mapping[str, Any]) -> LeaveHow | None:
+    return word_of(record.get("how", LeaveHow.RETURNED), LeaveHow)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,7 +37,7 @@ class Leave:
     """How one rank's Python code ended without an uncaught error."""
 
     rank: int
-    how: str  # "sys.exit" | "returned" (the end of the script) | "destroy_process_group"
+    how: LeaveHow | None  # None: a word this version does not know
     code: int | str | None  # SystemExit's code (a string: the message python printed)
     location: str | None  # the user's frame that raised SystemExit (or destroyed the group)
     seq: int | None  # collectives it had issued when it left
@@ -38,7 +49,7 @@ class Leave:
 def _leave(record: ExitRecord) -> Leave:
     return Leave(
         rank=record.rank,
-        how=record.how,
+        how=word_of(record.how, LeaveHow),
         code=record.code,
         location=user_frame(list(record.frames), also_skip=("<string>",)),
         seq=record.seq,
@@ -49,7 +60,7 @@ def _leave(record: ExitRecord) -> Leave:
 def left_collectives(leave: Leave | None) -> str | None:
     """`left the collectives after #3 (destroy_process_group)` for a rank that destroyed its
     default group (the count when it is known); None when it never did."""
-    if leave is None or (leave.left_at is None and leave.how != DESTROYED):
+    if leave is None or (leave.left_at is None and leave.how != LeaveHow.DESTROYED):
         return None
     after = f" after #{leave.left_at}" if leave.left_at is not None else ""
     return f"left the collectives{after} (destroy_process_group)"
@@ -92,7 +103,7 @@ def leave_from_record(rank: int, record: Mapping[str, Any]) -> Leave:
     code, seq, location = record.get("code"), record.get("seq"), record.get("location")
     return Leave(
         rank=rank,
-        how=str(record.get("how", "returned")),
+        how=_how(record),
         code=code if isinstance(code, (int, str)) else None,
         location=location if isinstance(location, str) else None,
         seq=seq if isinstance(seq, int) else None,
@@ -103,7 +114,7 @@ def leave_from_record(rank: int, record: Mapping[str, Any]) -> Leave:
 def describe_leave(leave: Leave | None, seqs: Mapping[int, int], rank: int) -> list[str]:
     """How it left (a sys.exit is shown as the error line) and how far each rank had got."""
     lines = []
-    if leave is not None and leave.how == "returned":  # a sys.exit is shown as its error
+    if leave is not None and leave.how == LeaveHow.RETURNED:  # a sys.exit is shown as its error
         lines.append("left:  its script returned (reached its end) while the others still ran")
     mine = leave.seq if leave is not None and leave.seq is not None else seqs.get(rank)
     others = {r: s for r, s in seqs.items() if r != rank}

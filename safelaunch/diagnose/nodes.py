@@ -13,33 +13,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from safelaunch import exitcodes
 from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import after_cause, first_cause
 from safelaunch.diagnose.signatures import SIGNATURES
-from safelaunch.outcome import (
-    FAILED,
-    HUNG,
-    INTERRUPTED,
-    SUCCEEDED,
-    AttemptStatus,
-    Outcome,
-    attempt_status,
-)
+from safelaunch.outcome import AttemptStatus, Outcome, attempt_status
 from safelaunch.rendezvous.stops import NodeStop
 
 CONSEQUENCES = tuple(s for s in SIGNATURES if s.consequence)
-JobStatus = Literal["succeeded", "failed", "hung", "interrupted"]  # report.json's job.status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobVerdict:
     """How the attempt ended across all nodes."""
 
-    status: JobStatus
+    status: AttemptStatus  # report.json's job.status: succeeded, failed, hung or interrupted
     code: int
     lines: tuple[str, ...]  # for the summary, root cause first
     lost: tuple[int, ...]  # nodes that never reported
@@ -48,7 +39,7 @@ class JobVerdict:
     @property
     def retryable(self) -> bool:
         """Restart every node: a failure or hang, with every node still there."""
-        return self.status in (FAILED, HUNG) and not self.lost
+        return self.status in (AttemptStatus.FAILED, AttemptStatus.HUNG) and not self.lost
 
 
 def project(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,7 +96,7 @@ class NodeSummary:
     @property
     def failed(self) -> bool:
         """A failure of its own: a node whose ranks safelaunch stopped has no root cause."""
-        return self.status == FAILED and self.root_rank is not None
+        return self.status == AttemptStatus.FAILED and self.root_rank is not None
 
     def where(self) -> str:
         return f"node {self.node} ({self.host})"
@@ -155,22 +146,28 @@ def conclude_job(
         "or the network failed); its ranks are the likely cause of what the others saw"
         for node in lost
     ]
-    interrupted = [s for s in present if s.status == INTERRUPTED]
+    interrupted = [s for s in present if s.status == AttemptStatus.INTERRUPTED]
     if interrupted:
         first = interrupted[0]
         lines.insert(0, f"INTERRUPTED on {first.where()}")
-        return JobVerdict(status=INTERRUPTED, code=first.code, lines=tuple(lines), lost=lost)
+        return JobVerdict(
+            status=AttemptStatus.INTERRUPTED, code=first.code, lines=tuple(lines), lost=lost
+        )
     # Across nodes "earliest" is the first stop announced (the store orders them), then
     # the node order: rootcause.py's rule then picks the cause among the failures.
     origin = first_stop.node if first_stop is not None else None
     failed = sorted((s for s in present if s.failed), key=lambda s: (s.node != origin, s.node))
     root = first_cause(failed, _is_cause)
-    hung = [s for s in present if s.status == HUNG]
+    hung = [s for s in present if s.status == AttemptStatus.HUNG]
     if root is not None and _is_cause(root):
         lines.insert(0, _failure_line(root))
         code = exitcodes.NODE_LOST if lost else root.code
         return JobVerdict(
-            status=FAILED, code=code, lines=tuple(lines), lost=lost, root_node=root.node
+            status=AttemptStatus.FAILED,
+            code=code,
+            lines=tuple(lines),
+            lost=lost,
+            root_node=root.node,
         )
     # What only followed another node's fault (its ranks vanished: "Connection closed by
     # peer") is listed after the cause: a lost node, else a hang.
@@ -179,7 +176,7 @@ def conclude_job(
     ]
     if lost:
         return JobVerdict(
-            status=FAILED,
+            status=AttemptStatus.FAILED,
             code=exitcodes.NODE_LOST,
             lines=(*lines, *consequences),
             lost=lost,
@@ -192,7 +189,7 @@ def conclude_job(
             who = f"likely culprit rank {culprits}: " if culprits else ""
             lines.append(f"HUNG on {summary.where()}: {who}{summary.hang_reason}")
         return JobVerdict(
-            status=HUNG,
+            status=AttemptStatus.HUNG,
             code=exitcodes.HANG,
             lines=(*lines, *consequences),
             lost=lost,
@@ -200,13 +197,15 @@ def conclude_job(
         )
     if root is not None:  # only consequences, and nothing else to blame: the earliest
         return JobVerdict(
-            status=FAILED,
+            status=AttemptStatus.FAILED,
             code=root.code,
             lines=(_failure_line(root),),
             lost=lost,
             root_node=root.node,
         )
-    if any(s.status != SUCCEEDED for s in present):
+    if any(s.status != AttemptStatus.SUCCEEDED for s in present):
         lines.append(f"stopped: {first_stop.shown if first_stop else 'another node stopped'}")
-        return JobVerdict(status=FAILED, code=exitcodes.NODE_LOST, lines=tuple(lines), lost=lost)
-    return JobVerdict(status=SUCCEEDED, code=exitcodes.SUCCESS, lines=(), lost=())
+        return JobVerdict(
+            status=AttemptStatus.FAILED, code=exitcodes.NODE_LOST, lines=tuple(lines), lost=lost
+        )
+    return JobVerdict(status=AttemptStatus.SUCCEEDED, code=exitcodes.SUCCESS, lines=(), lost=())

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from safelaunch.diagnose.errortext import ErrorText, error_text, last_lines
-from safelaunch.diagnose.leaving import Leave, left_collectives
+from safelaunch.diagnose.errortext import ErrorSource, ErrorText, error_text, last_lines
+from safelaunch.diagnose.leaving import Leave, LeaveHow, left_collectives
 from safelaunch.diagnose.match import Match, cause, in_worker, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
@@ -142,15 +142,15 @@ def _exit_message(rank: RankEvidence) -> ErrorText | None:
     if line is None and lines:
         line = lines[-1]
     if line is not None:
-        return ErrorText(line=line, location=where, source="log")
-    if rank.leave is not None and rank.leave.how == "sys.exit":  # it printed nothing
+        return ErrorText(line=line, location=where, source=ErrorSource.LOG)
+    if rank.leave is not None and rank.leave.how == LeaveHow.SYS_EXIT:  # it printed nothing
         line = f"SystemExit: sys.exit({rank.leave.code!r})"
-        return ErrorText(line=line, location=where, source="exit record")
+        return ErrorText(line=line, location=where, source=ErrorSource.EXIT_RECORD)
     return None
 
 
 def _called_exit(rank: RankEvidence) -> bool:
-    return rank.leave is not None and rank.leave.how == "sys.exit"
+    return rank.leave is not None and rank.leave.how == LeaveHow.SYS_EXIT
 
 
 def _leaving_error(leave: Leave) -> ErrorText | None:
@@ -160,13 +160,13 @@ def _leaving_error(leave: Leave) -> ErrorText | None:
         return ErrorText(
             line=f"destroy_process_group(){after} while the other ranks still communicated",
             location=leave.location,
-            source="exit record",
+            source=ErrorSource.EXIT_RECORD,
         )
-    if leave.how == "sys.exit":
+    if leave.how == LeaveHow.SYS_EXIT:
         return ErrorText(
             line=f"SystemExit: sys.exit({leave.code!r}) while the other ranks still communicated",
             location=leave.location,
-            source="exit record",
+            source=ErrorSource.EXIT_RECORD,
         )
     return None
 

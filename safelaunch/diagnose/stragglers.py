@@ -28,7 +28,7 @@ MATERIAL = 0.05  # and the others wait for it at least this share of the time
 MIN_WAIT_S = 0.002  # and at least this long (clock and scheduling noise)
 PHASE_NAMES = {"data": "data loading", "compute": "compute", "collective": "in collectives"}
 
-Record = Mapping[str, Any]
+FlightRecord = Mapping[str, Any]  # one rank's flight record, with safelaunch's additions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,12 +63,12 @@ class Arrivals:
     straggler: Straggler | None
 
 
-def read_records(directory: Path) -> dict[int, Record]:
+def read_records(directory: Path) -> dict[int, FlightRecord]:
     """rank -> the record it wrote (safelaunch's JSON records only)."""
     return {rank: dict(record) for rank, record in flight_file.read_ours(directory).items()}
 
 
-def _members(records: Mapping[int, Record]) -> dict[str, list[int]]:
+def _members(records: Mapping[int, FlightRecord]) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     for record in records.values():
         for name, config in (record["safelaunch"].get("pg_config") or {}).items():
@@ -81,7 +81,7 @@ def _members(records: Mapping[int, Record]) -> dict[str, list[int]]:
     return groups
 
 
-def arrival_times(records: Mapping[int, Record]) -> list[dict[int, float]]:
+def arrival_times(records: Mapping[int, FlightRecord]) -> list[dict[int, float]]:
     """Per collective called by every member of its group alike: rank -> when (seconds)."""
     seen: dict[tuple[str, int], dict[int, tuple[str, float]]] = {}
     for rank, record in records.items():
@@ -110,19 +110,19 @@ def _mean(values: Iterable[float]) -> float:
     return statistics.mean(values)
 
 
-def _phases(record: Record) -> dict[str, float]:
+def _phases(record: FlightRecord) -> dict[str, float]:
     counts = ((record.get("safelaunch") or {}).get("phases") or {}).get("counts") or {}
     total = sum(counts.values())
     return {k: v / total for k, v in counts.items()} if total else {}
 
 
-def _top_place(record: Record, phase: str) -> str | None:
+def _top_place(record: FlightRecord, phase: str) -> str | None:
     places = ((record.get("safelaunch") or {}).get("phases") or {}).get("places") or {}
     seen: dict[str, int] = places.get(phase) or {}
     return max(seen, key=lambda where: seen[where]) if seen else None
 
 
-def _cause(records: Mapping[int, Record], rank: int) -> str | None:
+def _cause(records: Mapping[int, FlightRecord], rank: int) -> str | None:
     """The phase in which the rank spends a larger share of its samples than the others."""
     own = _phases(records[rank])
     others = [_phases(r) for k, r in records.items() if k != rank and _phases(r)]
@@ -137,7 +137,7 @@ def _cause(records: Mapping[int, Record], rank: int) -> str | None:
     return best if best is not None and excess[best] > 0 else None
 
 
-def analyse(records: Mapping[int, Record]) -> Arrivals | None:
+def analyse(records: Mapping[int, FlightRecord]) -> Arrivals | None:
     """Arrival order per rank, and the straggler when there is one; None without collectives."""
     times = arrival_times(records)
     if not times:
@@ -157,7 +157,7 @@ def analyse(records: Mapping[int, Record]) -> Arrivals | None:
 
 
 def _straggler(
-    records: Mapping[int, Record], times: list[dict[int, float]], last: list[int]
+    records: Mapping[int, FlightRecord], times: list[dict[int, float]], last: list[int]
 ) -> Straggler | None:
     if len(times) < MIN_COLLECTIVES:
         return None

@@ -17,19 +17,32 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any
 
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.hangs.analysis import HangAnalysis
 from safelaunch.outcome import Outcome
 from safelaunch.rundir import flight_file, layout
 from safelaunch.supervisor.signals import stop_requested
-from safelaunch.vocab import word_of
+from safelaunch.vocab import StrEnum, Word, word_of
 
 FLIGHTCHECK_TIMEOUT = 60.0  # importing torch takes seconds on a loaded machine
 
-Kind = Literal["missing", "mismatch", "unrecorded"]
-WaitKind = Literal["send/send", "recv/recv", "unanswered"]  # flights/check.py writes these
+
+class DivergenceKind(StrEnum):
+    """How a group's members differ at a collective (flights/check.py writes these words)."""
+
+    MISSING = "missing"  # some members never called it
+    MISMATCH = "mismatch"  # some called something else
+    UNRECORDED = "unrecorded"  # some left no record
+
+
+class WaitKind(StrEnum):
+    """Why point-to-point calls cannot complete (flights/check.py writes these words)."""
+
+    SEND_SEND = "send/send"
+    RECV_RECV = "recv/recv"
+    UNANSWERED = "unanswered"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +54,7 @@ class Divergence:
     ranks: tuple[int, ...]  # the group's members (global ranks)
     seq: int  # the collective's number within the group
     call: str  # all_reduce(float32[1024])
-    kind: Kind
+    kind: DivergenceKind
     missing: tuple[int, ...]  # members whose record lacks it
     no_record: tuple[int, ...]  # members that left no record
     differ: tuple[tuple[int, str], ...]  # members that called something else, and what
@@ -96,14 +109,11 @@ def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
-Word = TypeVar("Word", bound=str)
-
-
-def _word(value: object, words: tuple[Word, ...]) -> Word:
+def _word(value: object, words: type[Word]) -> Word:
     """A closed vocabulary's word from flightcheck's JSON (our own subprocess's)."""
     word = word_of(str(value), words)
     if word is None:
-        raise KeyError(f"{value!r} is not one of {words}")
+        raise KeyError(f"{value!r} is not one of {tuple(map(str, words))}")
     return word
 
 
@@ -116,7 +126,7 @@ def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
             ranks=tuple(d["ranks"]),
             seq=int(d["seq"]),
             call=str(d["call"]),
-            kind=_word(d["kind"], get_args(Kind)),
+            kind=_word(d["kind"], DivergenceKind),
             missing=tuple(d["missing"]),
             no_record=tuple(d["no_record"]),
             differ=tuple((int(r), str(c)) for r, c in d["differ"].items()),
@@ -127,7 +137,7 @@ def parse(result: Mapping[str, Any], directory: Path) -> Forensics:
     waits = tuple(
         P2PWait(
             ranks=(int(w["ranks"][0]), int(w["ranks"][1])),
-            kind=_word(w["kind"], get_args(WaitKind)),
+            kind=_word(w["kind"], WaitKind),
             calls=tuple((int(r), str(c)) for r, c in w["calls"].items()),
         )
         for w in result.get("p2p", [])
@@ -243,9 +253,9 @@ def divergence_line(d: Divergence, where: Mapping[int, str]) -> str:
     """One finding, joined with where the ranks it names are."""
     head = f"{_group(d)}, collective #{d.seq} {d.call}"
     told = _named(d)
-    if d.kind == "missing":
+    if d.kind == DivergenceKind.MISSING:
         what = f"{_ranks(d.missing)} never called it"
-    elif d.kind == "mismatch":
+    elif d.kind == DivergenceKind.MISMATCH:
         what = "; ".join(f"rank {r} called {c} instead" for r, c in d.differ) or "calls differ"
         if not d.differ and d.detail:
             what = d.detail
@@ -257,9 +267,9 @@ def divergence_line(d: Divergence, where: Mapping[int, str]) -> str:
 
 def _named(d: Divergence) -> tuple[int, ...]:
     """The ranks a finding points at."""
-    if d.kind == "missing":
+    if d.kind == DivergenceKind.MISSING:
         return d.missing
-    return tuple(r for r, _ in d.differ) if d.kind == "mismatch" else d.no_record
+    return tuple(r for r, _ in d.differ) if d.kind == DivergenceKind.MISMATCH else d.no_record
 
 
 def leads_first(divergences: tuple[Divergence, ...], where: Mapping[int, str]) -> list[Divergence]:
@@ -274,7 +284,7 @@ def leads_first(divergences: tuple[Divergence, ...], where: Mapping[int, str]) -
 def p2p_line(w: P2PWait) -> str:
     """One p2p finding."""
     calls = "; ".join(f"rank {r} {c}" for r, c in w.calls)
-    if w.kind == "unanswered":
+    if w.kind == WaitKind.UNANSWERED:
         return f"p2p: {calls}: rank {w.ranks[1]} has no matching call in flight"
     return f"p2p deadlock ({w.kind}): ranks {w.ranks[0]},{w.ranks[1]} wait on each other: {calls}"
 

@@ -28,7 +28,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
+class TreeCounters:
     """Counters of one rank's process tree at one moment."""
 
     own_cpu: float  # seconds, the rank's own process (every thread)
@@ -37,7 +37,7 @@ class Usage:
     on_disk: bool  # a process of the tree is in uninterruptible sleep (D): waiting on I/O
 
 
-def worked(before: Usage, now: Usage, elapsed: float, spins: bool) -> str | None:
+def worked(before: TreeCounters, now: TreeCounters, elapsed: float, spins: bool) -> str | None:
     """What the tree did since `before` (`elapsed` seconds ago) that counts as work; None if idle.
 
     `spins`: the rank's own CPU proves nothing (NCCL waits spin in a CUDA sync);
@@ -60,11 +60,13 @@ class ActivityWatch:
     """Per rank: the wall clock at which its process tree was last seen working."""
 
     def __init__(self) -> None:
-        self._base: dict[int, tuple[Usage, float]] = {}  # rank -> (counters, wall) at the last work
+        self._base: dict[
+            int, tuple[TreeCounters, float]
+        ] = {}  # rank -> (counters, wall) at the last work
         self.last_work: dict[int, float] = {}
 
     def update(
-        self, usage: Mapping[int, Usage], beats: Mapping[int, Beat | None], now: float
+        self, usage: Mapping[int, TreeCounters], beats: Mapping[int, Beat | None], now: float
     ) -> None:
         """Compare each rank's counters with those at its last work.
 
@@ -83,13 +85,13 @@ class ActivityWatch:
                 self.last_work[rank] = now
 
 
-def _went_back(before: Usage, now: Usage) -> bool:
+def _went_back(before: TreeCounters, now: TreeCounters) -> bool:
     """A descendant left the tree (reparented to us, or reaped by a process outside it)."""
     return now.child_cpu < before.child_cpu or now.io < before.io
 
 
-def sample(roots: Mapping[int, int]) -> dict[int, Usage]:
-    """Usage of each rank's tree (rank -> pid of its process), from one pass over /proc."""
+def sample(roots: Mapping[int, int]) -> dict[int, TreeCounters]:
+    """TreeCounters of each rank's tree (rank -> pid of its process), from one pass over /proc."""
     stats: dict[int, tuple[int, bytes, float, float]] = {}  # pid -> (parent, state, own, reaped)
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -105,7 +107,7 @@ def sample(roots: Mapping[int, int]) -> dict[int, Usage]:
             continue
         tree = _descendants(root, children)
         _, _, own, reaped = stats[root]
-        usage[rank] = Usage(
+        usage[rank] = TreeCounters(
             own_cpu=own,
             child_cpu=reaped + sum(stats[pid][2] + stats[pid][3] for pid in tree),
             io=sum(_io(pid) for pid in (root, *tree)),

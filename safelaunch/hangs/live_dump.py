@@ -23,6 +23,7 @@ from typing import Any
 
 from safelaunch.rank import names
 from safelaunch.rundir import flight_file, stack_files
+from safelaunch.supervisor.live import NodeSnapshotState, RankSnapshotState
 from safelaunch.supervisor.procs import process_state
 
 DUMP_WAIT = 3.0  # s: faulthandler answers in about a millisecond; a busy host is slower
@@ -153,7 +154,10 @@ def dump_stacks(snapshots: Sequence[Mapping[str, Any]], host: str) -> str:
             where = f"rank {rank} (node {node.get('node')}, pid {pid})"
             if node.get("host") != host:
                 out.append(f"{where}: on {node.get('host')}: run safelaunch status --stacks there")
-            elif record.get("state") != "running" or node.get("state") != "running":
+            elif (
+                record.get("state") != RankSnapshotState.RUNNING
+                or node.get("state") != NodeSnapshotState.RUNNING
+            ):
                 out.append(f"{where}: not running")
             elif not record.get("bootstrapped") or record.get("beat_at") is None:
                 out.append(f"{where}: not dumped: no heartbeat yet, so no dump handler")

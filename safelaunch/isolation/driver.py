@@ -15,7 +15,7 @@ from safelaunch.isolation.policy import should_isolate
 from safelaunch.isolation.reporting import isolation_record, render_verdict
 from safelaunch.isolation.reruns import Planned, detail_safe, failure_point, plan_reruns, until
 from safelaunch.isolation.verdicts import Seen, Verdict, judge
-from safelaunch.outcome import INTERRUPTED
+from safelaunch.outcome import AttemptStatus
 from safelaunch.plan import LaunchPlan, build_plan
 from safelaunch.report import write_report
 from safelaunch.rundir import report_file
@@ -61,7 +61,7 @@ def isolate(session: Session, plan: LaunchPlan, job: Concluded) -> None:
             break
         verdict = _rerun(session, plan, seen_job, planned)
         verdicts.append(verdict)
-        if verdict.ran.status == INTERRUPTED:
+        if verdict.ran.status == AttemptStatus.INTERRUPTED:
             notes.append(f"interrupted during the rerun {purpose}: later reruns skipped")
             break
     job.report["isolation"] = isolation_record(decision, verdicts, notes)

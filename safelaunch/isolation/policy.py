@@ -11,17 +11,16 @@ reason is one of a closed set (Why), said in words by Decision.reason.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from safelaunch.diagnose import Diagnosis
-from safelaunch.outcome import FAILED, HUNG, AttemptStatus, Outcome
-from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN
+from safelaunch.outcome import AttemptStatus, Outcome
+from safelaunch.vocab import COMMUNICATION, RESOURCES, UNKNOWN, StrEnum, Switch
 
 FORCE = "to rerun anyway: --isolate always"
 
 
-class Ending(enum.Enum):
+class Ending(StrEnum):
     """How the job ended, as far as the communication-layer question goes."""
 
     HANG = "a hang"
@@ -38,7 +37,7 @@ class Ending(enum.Enum):
     EXIT_CRASH = "a crash at exit, after the work was done"
 
 
-class Backend(enum.Enum):
+class Backend(StrEnum):
     """What the ranks' backend records (rank<N>.comm.json) say the job ran on."""
 
     NCCL = "NCCL"
@@ -70,7 +69,7 @@ STARTUP_ERRORS = (
 DIST_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
 
 
-class Why(enum.Enum):
+class Why(StrEnum):
     """Why the Gloo rerun runs or not (Decision.reason says it in words)."""
 
     NEVER = "never"  # --isolate never
@@ -125,7 +124,7 @@ class Decision:
                 return f"{what}, but the job failed before any process group existed; {FORCE}"
 
 
-def decide(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> Decision:
+def decide(mode: Switch, ending: Ending, backend: Backend, detail_possible: bool) -> Decision:
     """The policy for a failed or hung job. Pure: the table test covers every combination.
 
     detail_possible: the Gloo rerun would get TORCH_DISTRIBUTED_DEBUG=DETAIL (the job
@@ -135,10 +134,10 @@ def decide(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -
     return Decision(run=why in RERUN, why=why, ending=ending, backend=backend)
 
 
-def _why(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> Why:
-    if mode == "never":
+def _why(mode: Switch, ending: Ending, backend: Backend, detail_possible: bool) -> Why:
+    if mode == Switch.NEVER:
         return Why.NEVER
-    if mode == "always":
+    if mode == Switch.ALWAYS:
         return Why.ALWAYS
     if ending not in COMM_POSSIBLE:
         return Why.ANY_BACKEND
@@ -154,7 +153,7 @@ def _why(mode: str, ending: Ending, backend: Backend, detail_possible: bool) -> 
 
 def ending_of(outcome: Outcome, diagnosis: Diagnosis) -> Ending:
     """Map an attempt's diagnosis onto the policy's vocabulary."""
-    if outcome.status == HUNG:
+    if outcome.status == AttemptStatus.HUNG:
         return Ending.HANG
     signature = diagnosis.signature
     if signature is not None:
@@ -209,9 +208,9 @@ def backend_of(
 
 
 def should_isolate(
-    mode: str, outcome: Outcome, diagnosis: Diagnosis, backend: Backend, detail_possible: bool
+    mode: Switch, outcome: Outcome, diagnosis: Diagnosis, backend: Backend, detail_possible: bool
 ) -> Decision:
     """The decision for a finished attempt: only failures and hangs are candidates."""
-    if outcome.status not in (FAILED, HUNG):
+    if outcome.status not in (AttemptStatus.FAILED, AttemptStatus.HUNG):
         return Decision(run=False, why=Why.NOT_A_FAILURE, status=outcome.status)
     return decide(mode, ending_of(outcome, diagnosis), backend, detail_possible)

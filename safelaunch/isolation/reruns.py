@@ -5,7 +5,6 @@ Pure: the driver (driver.py) reads the job's files, asks here what to rerun, and
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -13,6 +12,7 @@ from safelaunch.isolation.evidence import CommUse
 from safelaunch.isolation.policy import Decision
 from safelaunch.plan import Rerun, Timebox
 from safelaunch.rundir.heartbeat_file import Beat
+from safelaunch.vocab import StrEnum
 
 TIME_FACTOR = 3.0  # with no step or collective count known: rerun this many times as long
 MIN_RUN = 10.0  # ... and at least this long
@@ -24,7 +24,7 @@ NCCL_TRANSPORTS = (
 )
 
 
-class Experiment(enum.Enum):
+class Experiment(StrEnum):
     """What a rerun changes; each has its own verdict (verdicts.judge)."""
 
     GLOO = "gloo"  # NCCL swapped for Gloo in every rank

@@ -7,7 +7,6 @@ a row of the table test (tests/test_isolation_verdicts.py).
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,18 +16,9 @@ from safelaunch.diagnose.match import cause, matches
 from safelaunch.diagnose.signatures import Signature
 from safelaunch.isolation.evidence import RankFiles, collective_lag, collective_mismatch
 from safelaunch.isolation.reruns import NCCL_TRANSPORTS, Experiment, Planned
-from safelaunch.outcome import (
-    FAILED,
-    HUNG,
-    INTERRUPTED,
-    PASSED,
-    SUCCEEDED,
-    TIMEBOXED,
-    AttemptStatus,
-    Outcome,
-)
+from safelaunch.outcome import AttemptStatus, Outcome
 from safelaunch.plan import Rerun
-from safelaunch.vocab import ENVIRONMENT
+from safelaunch.vocab import ENVIRONMENT, StrEnum
 
 NCCL_STEPS = (
     "pin the network interface: NCCL_SOCKET_IFNAME=<interface> (ip -br addr lists them)",
@@ -37,7 +27,7 @@ NCCL_STEPS = (
 )
 
 
-class Kind(enum.Enum):
+class VerdictKind(StrEnum):
     """What a rerun proves; the value is report.json's `verdict` and the summary's word."""
 
     COMM_LAYER = "communication layer"
@@ -78,7 +68,7 @@ class Verdict:
     """What one rerun proves."""
 
     ran: RerunEnd
-    kind: Kind
+    kind: VerdictKind
     headline: str
     details: tuple[str, ...] = ()
     next_steps: tuple[str, ...] = ()
@@ -119,7 +109,7 @@ def _failure_key(diagnosis: Diagnosis) -> tuple[str, ...]:
 
 
 def _same_failure(a: Seen, b: Seen) -> bool:
-    if a.outcome.status == HUNG or b.outcome.status == HUNG:
+    if a.outcome.status == AttemptStatus.HUNG or b.outcome.status == AttemptStatus.HUNG:
         return a.outcome.status == b.outcome.status
     return _failure_key(a.diagnosis) == _failure_key(b.diagnosis)
 
@@ -133,7 +123,7 @@ DDP_UNDER_DETAIL = (
 def _ran_through(outcome: Outcome, crashed_in_ddp: bool = False) -> str:
     if crashed_in_ddp:
         return DDP_UNDER_DETAIL
-    if outcome.status == SUCCEEDED:
+    if outcome.status == AttemptStatus.SUCCEEDED:
         return f"ran to completion ({outcome.duration:.1f} s)"
     return f"got past the point where the job failed ({outcome.timebox_note})"
 
@@ -145,7 +135,7 @@ def _crashed_in_ddp_under_detail(job: Seen, rerun: Rerun, ran: Seen) -> bool:
     it does and then, on Gloo, gets past that point, meets torch 2.13's crash.
     """
     return (
-        ran.outcome.status == FAILED
+        ran.outcome.status == AttemptStatus.FAILED
         and rerun.env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL"
         and ran.files.comm.ddp
         and not job.files.comm.ddp
@@ -163,15 +153,15 @@ def _ended(rerun: Rerun, outcome: Outcome) -> RerunEnd:
 
 
 def _unfinished(rerun: Rerun, outcome: Outcome) -> Verdict | None:
-    if outcome.status == INTERRUPTED:
+    if outcome.status == AttemptStatus.INTERRUPTED:
         return Verdict(
-            kind=Kind.NOT_FINISHED,
+            kind=VerdictKind.NOT_FINISHED,
             headline="the rerun was interrupted: no verdict",
             ran=_ended(rerun, outcome),
         )
-    if outcome.status == TIMEBOXED:
+    if outcome.status == AttemptStatus.TIMEBOXED:
         return Verdict(
-            kind=Kind.INCONCLUSIVE,
+            kind=VerdictKind.INCONCLUSIVE,
             headline=f"the rerun neither failed nor got past the job's failure point: "
             f"{outcome.timebox_note}",
             next_steps=("give it longer: --isolate-timeout SECONDS",),
@@ -187,7 +177,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     if unfinished is not None:
         return unfinished
     mismatch = collective_mismatch(seen.files.ledgers)
-    lag = collective_lag(seen.files.ledgers) if outcome.status == HUNG else None
+    lag = collective_lag(seen.files.ledgers) if outcome.status == AttemptStatus.HUNG else None
     ran = _ended(rerun, outcome)
     job_signature = job.diagnosis.signature
     swapped = (
@@ -196,14 +186,14 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
         or (job_signature is not None and job_signature.id.startswith("nccl"))
     )
     crashed_in_ddp = _crashed_in_ddp_under_detail(job, rerun, seen)
-    if outcome.status in (SUCCEEDED, PASSED) or crashed_in_ddp:
+    if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED) or crashed_in_ddp:
         if swapped:
             signature = job_signature
             steps = signature.next_steps if signature else ()
             if signature is None or signature.klass != ENVIRONMENT:  # e.g. not NCCL's setup
                 steps = (*steps, *NCCL_STEPS)
             return Verdict(
-                kind=Kind.COMM_LAYER,
+                kind=VerdictKind.COMM_LAYER,
                 headline=f"on Gloo the same job {_ran_through(outcome, crashed_in_ddp)}: the "
                 "fault is in NCCL or the network/GPU interconnect, not in your program",
                 details=(f"the job: {describe_ending(job.outcome, job.diagnosis)}",),
@@ -211,7 +201,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
                 ran=ran,
             )
         return Verdict(
-            kind=Kind.NOT_REPRODUCED,
+            kind=VerdictKind.NOT_REPRODUCED,
             headline="run again on the same backend (it never used NCCL), the job "
             f"{_ran_through(outcome, crashed_in_ddp)}: an intermittent fault (timing, a flaky "
             "peer or network, "
@@ -223,7 +213,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     limit = _gloo_limit(seen) if swapped else None
     if limit is not None:
         return Verdict(
-            kind=Kind.GLOO_CANNOT,
+            kind=VerdictKind.GLOO_CANNOT,
             headline=f"the program uses something Gloo lacks ({limit.meaning}): this rerun "
             "cannot tell NCCL from the program",
             details=(f"the rerun: {describe_ending(outcome, diagnosis)}",),
@@ -237,7 +227,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
         details[:0] = [line for line in (mismatch, lag) if line]
         steps = diagnosis.signature.next_steps if diagnosis.signature else ()
         return Verdict(
-            kind=Kind.PROGRAM,
+            kind=VerdictKind.PROGRAM,
             headline=_program_headline(outcome, mismatch),
             details=tuple(details),
             next_steps=steps,
@@ -246,7 +236,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
             ran=ran,
         )
     return Verdict(
-        kind=Kind.DIFFERS,
+        kind=VerdictKind.DIFFERS,
         headline="it fails on Gloo too, but differently: both are shown",
         details=(
             f"the job:   {describe_ending(job.outcome, job.diagnosis)}",
@@ -261,7 +251,7 @@ def gloo_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
 def _program_headline(outcome: Outcome, mismatch: str | None) -> str:
     if mismatch is not None:
         how = "the ranks call different collectives (seen in the Gloo rerun)"
-    elif outcome.status == HUNG:
+    elif outcome.status == AttemptStatus.HUNG:
         how = "it hangs on Gloo too"
     else:
         how = "it fails the same way on Gloo"
@@ -275,16 +265,16 @@ def single_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
     if unfinished is not None:
         return unfinished
     ran = _ended(rerun, outcome)
-    if outcome.status in (SUCCEEDED, PASSED):
+    if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED):
         return Verdict(
-            kind=Kind.DISTRIBUTED,
+            kind=VerdictKind.DISTRIBUTED,
             headline=f"with one rank the job {_ran_through(outcome)}: the fault needs several "
             "ranks (communication, or code that differs between ranks)",
             ran=ran,
         )
     if _same_failure(job, seen):
         return Verdict(
-            kind=Kind.SINGLE,
+            kind=VerdictKind.SINGLE,
             headline="it fails the same way with one rank: debug it as a single process "
             "(a debugger and prints work there)",
             details=(f"with one rank: {describe_ending(outcome, diagnosis)}",),
@@ -296,7 +286,7 @@ def single_verdict(job: Seen, rerun: Rerun, seen: Seen) -> Verdict:
             ran=ran,
         )
     return Verdict(
-        kind=Kind.DIFFERS,
+        kind=VerdictKind.DIFFERS,
         headline="with one rank it fails differently: both are shown",
         details=(
             f"the job:       {describe_ending(job.outcome, job.diagnosis)}",
@@ -316,9 +306,9 @@ def transport_verdict(rerun: Rerun, seen: Seen) -> Verdict:
     ran = _ended(rerun, outcome)
     variable = next(iter(rerun.env))
     about = next((what for name, _, what in NCCL_TRANSPORTS if name == variable), "")
-    if outcome.status in (SUCCEEDED, PASSED):
+    if outcome.status in (AttemptStatus.SUCCEEDED, AttemptStatus.PASSED):
         return Verdict(
-            kind=Kind.TRANSPORT,
+            kind=VerdictKind.TRANSPORT,
             headline=f"the failure goes away {rerun.purpose}: {about}",
             next_steps=(
                 f"run with {variable}=1 until that transport is fixed (it costs bandwidth)",
@@ -326,7 +316,7 @@ def transport_verdict(rerun: Rerun, seen: Seen) -> Verdict:
             ran=ran,
         )
     return Verdict(
-        kind=Kind.NO_TRANSPORT,
+        kind=VerdictKind.NO_TRANSPORT,
         headline=f"it still fails {rerun.purpose}",
         details=(f"the rerun: {describe_ending(outcome, diagnosis)}",),
         ran=ran,

@@ -13,19 +13,29 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from safelaunch.interpreter import paused
-from safelaunch.vocab import FailureClass
+from safelaunch.vocab import FailureClass, StrEnum
 
 if TYPE_CHECKING:  # the rules and the parser are loaded only to lint (lint_source): a
     # launch whose script was linted before reads the cache and needs neither (launch cost)
-    from safelaunch.lint.rules import Rule, Severity
+    from safelaunch.lint.rules import Rule
 
 # Bumped whenever a rule changes what it finds: cached results of older rules are ignored.
 RULES_VERSION = "1"
-BLOCKING: tuple[Severity, ...] = ("error", "warning")  # what --strict (and the exit code) count
+
+
+class Severity(StrEnum):
+    """A rule's (here, not in rules.py: a launch reads the cache's words back without them)."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    HINT = "hint"
+
+
+BLOCKING = (Severity.ERROR, Severity.WARNING)  # what --strict (and the exit code) count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Finding:
+class LintFinding:
     """One mistake at one place."""
 
     rule: str
@@ -46,16 +56,16 @@ class Finding:
 class LintResult:
     """The findings, or why the script could not be read."""
 
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[LintFinding, ...] = ()
     problem: str | None = None  # e.g. a SyntaxError: the script will fail on its own
 
     @property
-    def blocking(self) -> tuple[Finding, ...]:
+    def blocking(self) -> tuple[LintFinding, ...]:
         return tuple(f for f in self.findings if f.severity in BLOCKING)
 
 
-def _finding(rule: Rule, line: int, col: int) -> Finding:
-    return Finding(
+def _finding(rule: Rule, line: int, col: int) -> LintFinding:
+    return LintFinding(
         rule=rule.id,
         severity=rule.severity,
         line=line,
@@ -98,14 +108,22 @@ def to_json(result: LintResult) -> str:
 def from_json(text: str) -> LintResult:
     data = json.loads(text)
     findings = tuple(
-        Finding(**{**item, "signatures": tuple(item["signatures"])}) for item in data["findings"]
+        LintFinding(
+            **{
+                **item,
+                "severity": Severity(item["severity"]),
+                "klass": FailureClass(item["klass"]),
+                "signatures": tuple(item["signatures"]),
+            }
+        )
+        for item in data["findings"]
     )
     return LintResult(findings=findings, problem=data["problem"])
 
 
 def related(
-    findings: Sequence[Finding], klass: FailureClass | None, signature: str | None
-) -> list[Finding]:
+    findings: Sequence[LintFinding], klass: FailureClass | None, signature: str | None
+) -> list[LintFinding]:
     """Findings that predicted this failure: its signature first, else its class."""
     if signature is not None:
         exact = [f for f in findings if signature in f.signatures]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.errors import SafelaunchError
-from safelaunch.lint import Finding, LintResult, lint_source
+from safelaunch.lint import LintFinding, LintResult, Severity, lint_source
 
 
 class UnreadableScript(SafelaunchError):
@@ -31,7 +31,7 @@ def render(script: str, result: LintResult) -> str:
         lines.append(f"  fix: {finding.fix}")
     if not result.findings:
         return f"{script}: no DDP mistakes found ({len(RULES)} rules)"
-    counts = {level: 0 for level in ("error", "warning", "hint")}
+    counts = {level: 0 for level in Severity}
     for finding in result.findings:
         counts[finding.severity] += 1
     summary = ", ".join(f"{n} {level}{'s' if n != 1 else ''}" for level, n in counts.items())
@@ -70,12 +70,12 @@ def _read(script: str) -> bytes:
         raise UnreadableScript(f"lint: {script}: {exc.strerror or exc}") from None
 
 
-def lint_banner(script: str, findings: Sequence[Finding]) -> str:
+def lint_banner(script: str, findings: Sequence[LintFinding]) -> str:
     """Errors and warnings one line each, hints counted: never in the way of the launch.
 
     Only shown with an error or warning: hints alone are for `safelaunch lint`.
     """
-    shown = [f for f in findings if f.severity != "hint"]
+    shown = [f for f in findings if f.severity != Severity.HINT]
     lines = [f"lint: {f.render(script)}; fix: {f.fix}" for f in shown]
     hints = len(findings) - len(shown)
     more = f"{hints} hint(s) more; " if hints else ""
@@ -83,7 +83,7 @@ def lint_banner(script: str, findings: Sequence[Finding]) -> str:
     return "\n".join(lines)
 
 
-def lint_match(script: str, findings: Sequence[Finding]) -> str:
+def lint_match(script: str, findings: Sequence[LintFinding]) -> str:
     """Lines for the failure summary: lint findings in the same class as this failure."""
     return "".join(
         f"\n  lint:  before launch, lint found in the same script ({f.klass}): "

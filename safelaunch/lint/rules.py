@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
+from safelaunch.lint import Severity
 from safelaunch.lint.checks import (
     batchnorm_without_sync,
     collective_under_rank_condition,
@@ -32,7 +32,6 @@ from safelaunch.lint.checks import (
 from safelaunch.lint.scan import Script
 from safelaunch.vocab import COMMUNICATION, DATA, ENVIRONMENT, MODEL, RESOURCES, FailureClass
 
-Severity = Literal["error", "warning", "hint"]
 Check = Callable[[Script], Iterator[ast.Call]]
 
 
@@ -53,7 +52,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         id="sampler-with-shuffle",
-        severity="error",
+        severity=Severity.ERROR,
         klass=DATA,
         signatures=("sampler-and-shuffle",),
         title="DataLoader gets a DistributedSampler and shuffle=True",
@@ -64,7 +63,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="sampler-without-set-epoch",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=DATA,
         signatures=(),
         title="DistributedSampler in an epoch loop, but set_epoch is never called",
@@ -75,7 +74,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="loader-not-sharded",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=DATA,
         signatures=(),
         title="a shuffled DataLoader without a DistributedSampler in a distributed script",
@@ -86,7 +85,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="model-not-wrapped",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=MODEL,
         signatures=(),
         title="init_process_group and a training loop, but no model wrapped in DDP/FSDP",
@@ -97,7 +96,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="set-device-missing",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=ENVIRONMENT,
         signatures=("duplicate-gpu", "cuda-out-of-memory"),
         title="CUDA used as 'the current device' and torch.cuda.set_device is never called",
@@ -108,7 +107,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="device-from-global-rank",
-        severity="error",
+        severity=Severity.ERROR,
         klass=ENVIRONMENT,
         signatures=("invalid-device-ordinal", "duplicate-gpu"),
         title="a GPU chosen by the global RANK",
@@ -119,7 +118,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="collective-under-rank-condition",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=COMMUNICATION,
         signatures=("collective-timeout", "collective-mismatch"),
         title="a collective called only under a rank condition",
@@ -131,7 +130,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="batchnorm-without-syncbn",
-        severity="hint",
+        severity=Severity.HINT,
         klass=MODEL,
         signatures=(),
         title="BatchNorm under DDP without SyncBatchNorm",
@@ -143,7 +142,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="load-without-map-location",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=RESOURCES,
         signatures=("cuda-out-of-memory",),
         title="torch.load without map_location in a distributed script",
@@ -154,7 +153,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="find-unused-parameters",
-        severity="hint",
+        severity=Severity.HINT,
         klass=MODEL,
         signatures=("ddp-unused-parameters",),
         title="DDP(find_unused_parameters=True)",
@@ -166,7 +165,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="cuda-before-init",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=ENVIRONMENT,
         signatures=("duplicate-gpu",),
         title="CUDA work before init_process_group, with no set_device first",
@@ -177,7 +176,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="spawn-under-launcher",
-        severity="warning",
+        severity=Severity.WARNING,
         klass=ENVIRONMENT,
         signatures=("port-in-use",),
         title="mp.spawn in a script that never reads the launcher's variables",
@@ -189,7 +188,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="no-destroy-process-group",
-        severity="hint",
+        severity=Severity.HINT,
         klass=COMMUNICATION,
         signatures=("shutdown-crash",),
         title="init_process_group without destroy_process_group",

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from safelaunch import defaults
-from safelaunch.config import LaunchConfig
+from safelaunch.config import LaunchConfig, NprocWord
 from safelaunch.errors import PreflightError
-from safelaunch.lint import Finding as LintFinding
+from safelaunch.lint import LintFinding
 from safelaunch.preflight.entry_script import compile_entry
 from safelaunch.preflight.inventory import Inventory, read_inventory
 from safelaunch.preflight.logroot import check_log_root
@@ -66,7 +66,7 @@ def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]
     if isinstance(wanted, int):
         return wanted, "--nproc-per-node"
     cpus = len(os.sched_getaffinity(0))
-    if wanted == "cpu":
+    if wanted == NprocWord.CPU:
         return cpus, "one per CPU (--nproc-per-node=cpu)"
     visible = parse_visible(config.environ.get("CUDA_VISIBLE_DEVICES"), inventory.gpus)
     gpus = len(visible.devices)
@@ -75,7 +75,7 @@ def resolve_nproc(config: LaunchConfig, inventory: Inventory) -> tuple[int, str]
     hidden = hides_every_gpu(config.environ.get("CUDA_VISIBLE_DEVICES"), inventory)
     if hidden is not None:
         raise PreflightError(*hidden)
-    if wanted == "gpu":
+    if wanted == NprocWord.GPU:
         why = inventory.problem or "CUDA_VISIBLE_DEVICES hides them all"
         raise PreflightError(
             f"--nproc-per-node=gpu but no GPU is visible ({why})",

@@ -12,7 +12,16 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-OK, WARNING, ERROR = "ok", "warning", "error"
+from safelaunch.vocab import StrEnum
+
+
+class CheckLevel(StrEnum):
+    OK = "ok"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+OK, WARNING, ERROR = CheckLevel.OK, CheckLevel.WARNING, CheckLevel.ERROR  # as the checks name them
 SHM_MIN = 1 << 30  # below this DataLoader workers die with "Bus error" on real batches
 NOFILE_MIN = 4096  # sockets per peer, DataLoader pipes and files add up per rank
 MEMLOCK_MIN = 64 << 20  # RDMA (InfiniBand, GPUDirect) registers memory it must pin
@@ -23,7 +32,7 @@ LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 class Finding:
     """One check's verdict: a code, one line of what, one line of how to fix it."""
 
-    level: str  # ok | warning | error
+    level: CheckLevel
     code: str
     message: str
     fix: str = ""

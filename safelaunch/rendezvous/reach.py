@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from safelaunch import defaults
-from safelaunch.config import LaunchConfig
+from safelaunch.config import LaunchConfig, RdzvBackend
 
 PROBE_EVERY = 1.0  # seconds between connection attempts
 SAY_AFTER = 3.0  # seconds without an answer before this node says so
@@ -39,7 +39,7 @@ def probe_target(config: LaunchConfig) -> tuple[str, int, str] | None:
     None for a node that hosts it or may: its own store not up yet proves nothing.
     """
     conf = config.rdzv_conf
-    if config.rdzv_backend == "static":
+    if config.rdzv_backend == RdzvBackend.STATIC:
         if config.node_rank == 0:
             return None
         timeout = conf.get("timeout", conf.get("join_timeout", str(defaults.JOIN_TIMEOUT_S)))

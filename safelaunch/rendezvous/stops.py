@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import signal
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from safelaunch.vocab import StrEnum
 
-class StopKind(str, Enum):
+
+class StopKind(StrEnum):
     """What made a node stop; the others act on it (a hang: they take their stacks too)."""
 
     RANK_FAILED = "rank failed"
@@ -24,9 +25,6 @@ class StopKind(str, Enum):
     # Found by this node itself, never announced: the other side is gone.
     NODES_LOST = "nodes lost"  # other nodes' launchers stopped beating
     STORE_LOST = "store lost"  # the rendezvous store stopped answering
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from safelaunch import defaults
-from safelaunch.config import LaunchConfig
+from safelaunch.config import LaunchConfig, RdzvBackend
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous.membership import Joined
 
@@ -50,7 +50,7 @@ def _parameters(config: LaunchConfig) -> Any:
     low, high = config.nnodes
     conf: dict[str, object] = dict(config.rdzv_conf)
     run_id = config.rdzv_id or "none"
-    if config.rdzv_backend == "static":
+    if config.rdzv_backend == RdzvBackend.STATIC:
         port = config.master_port or STATIC_DEFAULT_PORT
         endpoint = f"{config.master_addr or '127.0.0.1'}:{port}"
         conf["rank"] = config.node_rank
@@ -117,7 +117,7 @@ def rendezvous(config: LaunchConfig) -> tuple[Joined, TextStore]:
     except Exception as exc:
         where = (
             config.rdzv_endpoint
-            if config.rdzv_backend == "c10d"
+            if config.rdzv_backend == RdzvBackend.C10D
             else f"{config.master_addr or '127.0.0.1'}:{config.master_port or STATIC_DEFAULT_PORT}"
         )
         raise RendezvousError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -19,6 +20,9 @@ def shown_path(path: Path) -> str:
     except ValueError:
         return str(path)
     return relative if len(relative) < len(str(path)) else str(path)
+
+
+Writer = Callable[[Path, str], bool]  # write_file's shape: atomic; False when it failed
 
 
 def write_file(path: Path, text: str) -> bool:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from safelaunch.status.find import current_attempt, read_snapshots, resolve_run
-from safelaunch.status.model import JobStatus, judge
+from safelaunch.status.model import JobState, JobStatus, judge
 from safelaunch.status.render import as_json, table
+from safelaunch.supervisor.live import NodeSnapshotState, RankSnapshotState
 
 
 def snapshot(where: str | None, log_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
@@ -32,11 +33,11 @@ def status_now(attempt: Path, snapshots: list[dict[str, Any]]) -> JobStatus:
     local = [
         (record["pid"], record.get("spawned_at"))
         for node in snapshots
-        if node.get("host") == host and node.get("state") == "running"
+        if node.get("host") == host and node.get("state") == NodeSnapshotState.RUNNING
         for record in node.get("ranks", [])
         if isinstance(record, dict)
         and isinstance(record.get("pid"), int)
-        and record.get("state") == "running"
+        and record.get("state") == RankSnapshotState.RUNNING
     ]
     return judge(snapshots, time.time(), measure(local))
 
@@ -81,6 +82,6 @@ def watch(
             emit("\x1b[H\x1b[2J" + table(status, attempt, colour) + "\n")
         else:
             emit(table(status, attempt, colour) + "\n\n")
-        if status.state != "running":
+        if status.state != JobState.RUNNING:
             return
         time.sleep(interval)

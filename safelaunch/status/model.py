@@ -9,15 +9,36 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from safelaunch.diagnose.frames import user_frame
+from safelaunch.supervisor.live import NodeSnapshotState, RankSnapshotState
+from safelaunch.vocab import StrEnum
 
-RankState = Literal[
-    "starting", "rendezvous", "computing", "in collective", "running", "frozen",
-    "succeeded", "failed", "killed", "not started",
-]  # fmt: skip
-JobState = Literal["running", "ended", "launcher gone"]
+
+class LiveRankState(StrEnum):
+    """What a rank is doing, as `safelaunch status` shows it."""
+
+    STARTING = "starting"
+    RENDEZVOUS = "rendezvous"
+    COMPUTING = "computing"
+    IN_COLLECTIVE = "in collective"
+    RUNNING = "running"
+    FROZEN = "frozen"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    NOT_STARTED = "not started"
+
+
+class JobState(StrEnum):
+    """The job as its snapshots show it: a launcher silent too long is "launcher gone"."""
+
+    RUNNING = "running"
+    ENDED = "ended"
+    LAUNCHER_GONE = "launcher gone"
+
+
 LAUNCHER_GONE_AFTER = 30.0  # s without a new snapshot from a running launcher
 HANG_HINT = 0.5  # of --hang-timeout without progress anywhere: say a hang is suspected
 STEPS_BEHIND = 2  # a rank this many steps behind the leaders is called a straggler
@@ -48,7 +69,7 @@ class RankRow:
     node: int
     host: str
     pid: int | None
-    state: RankState
+    state: LiveRankState
     returncode: int | None
     step: int | None
     step_inferred: bool  # counted optimizer steps, not safelaunch.heartbeat(step=)
@@ -95,25 +116,35 @@ def _frames(record: Mapping[str, Any]) -> list[tuple[str, int, str]]:
     return frames
 
 
-def _state(record: Mapping[str, Any], now: float, interval: float, job: JobState) -> RankState:
+def _state(record: Mapping[str, Any], now: float, interval: float, job: JobState) -> LiveRankState:
     returncode = _int(record, "returncode")
-    if record.get("state") == "not started":
-        return "not started"
-    if record.get("state") == "exited" and returncode is not None:
-        return "succeeded" if returncode == 0 else "killed" if returncode < 0 else "failed"
+    if record.get("state") == RankSnapshotState.NOT_STARTED:
+        return LiveRankState.NOT_STARTED
+    if record.get("state") == RankSnapshotState.EXITED and returncode is not None:
+        if returncode == 0:
+            return LiveRankState.SUCCEEDED
+        return LiveRankState.KILLED if returncode < 0 else LiveRankState.FAILED
     beat_at = _num(record, "beat_at")
     if beat_at is None:
-        return "starting" if record.get("bootstrapped") else "running"
-    if job == "running" and now - beat_at > 3 * interval + 0.5:
-        return "frozen"  # the heartbeat thread could not run: SIGSTOP, or native code
+        return LiveRankState.STARTING if record.get("bootstrapped") else LiveRankState.RUNNING
+    if job == JobState.RUNNING and now - beat_at > 3 * interval + 0.5:
+        return LiveRankState.FROZEN  # the heartbeat thread could not run: SIGSTOP, or native
     frames = _frames(record)
     if any(function == "init_process_group" for _, _, function in frames):
-        return "rendezvous"
+        return LiveRankState.RENDEZVOUS
     if record.get("busy"):
-        return "computing"
+        return LiveRankState.COMPUTING
     if any("distributed" in path and function in _COLLECTIVES for path, _, function in frames):
-        return "in collective"
-    return "running"
+        return LiveRankState.IN_COLLECTIVE
+    return LiveRankState.RUNNING
+
+
+_ENDED = (
+    LiveRankState.SUCCEEDED,
+    LiveRankState.FAILED,
+    LiveRankState.KILLED,
+    LiveRankState.NOT_STARTED,
+)
 
 
 def _row(
@@ -125,7 +156,7 @@ def _row(
     inferred = _int(record, "optimizer_steps")
     progress = _num(record, "last_progress")
     state = _state(record, now, interval, job)
-    ended = state in ("succeeded", "failed", "killed", "not started") or job != "running"
+    ended = state in _ENDED or job != JobState.RUNNING
     pid = _int(record, "pid")
     return RankRow(
         rank=_int(record, "rank") or 0,
@@ -144,12 +175,12 @@ def _row(
 
 
 def _job_state(node: Mapping[str, Any], now: float) -> JobState:
-    if node.get("state") == "ended":
-        return "ended"
+    if node.get("state") == NodeSnapshotState.ENDED:
+        return JobState.ENDED
     written = _num(node, "written_at") or 0.0
     if now - written > LAUNCHER_GONE_AFTER:
-        return "launcher gone"
-    return "running"
+        return JobState.LAUNCHER_GONE
+    return JobState.RUNNING
 
 
 def _label(ranks: Sequence[int]) -> str:
@@ -160,7 +191,7 @@ def suspicions(rows: Sequence[RankRow], hang_timeout: float) -> list[str]:
     """Stragglers and hang hints, in words; none for a healthy job, however quiet."""
     live = [r for r in rows if r.idle_s is not None]
     said: list[str] = []
-    frozen = [r.rank for r in live if r.state == "frozen"]
+    frozen = [r.rank for r in live if r.state == LiveRankState.FROZEN]
     if frozen:
         said.append(
             f"{_label(frozen)}: heartbeat stopped (stopped with SIGSTOP, or native code "
@@ -173,7 +204,8 @@ def suspicions(rows: Sequence[RankRow], hang_timeout: float) -> list[str]:
         behind = [r.rank for r in counted if r.collectives == low]
         ahead = [r for r in counted if r.collectives == high]
         ahead_waiting = all(
-            r.state != "computing" and (r.idle_s or 0.0) >= STRAGGLER_WAIT for r in ahead
+            r.state != LiveRankState.COMPUTING and (r.idle_s or 0.0) >= STRAGGLER_WAIT
+            for r in ahead
         )
         if high > low and ahead_waiting:
             said.append(
@@ -211,12 +243,8 @@ def judge(
         key=lambda r: r.rank,
     )
     states = {_job_state(node, now) for node in snapshots}
-    state: JobState = (
-        "running"
-        if "running" in states
-        else "launcher gone"
-        if "launcher gone" in states
-        else "ended"
+    state = next(
+        (s for s in (JobState.RUNNING, JobState.LAUNCHER_GONE) if s in states), JobState.ENDED
     )
     started = min(_num(node, "started_at") or now for node in snapshots)
     written = max(_num(node, "written_at") or 0.0 for node in snapshots)
@@ -227,12 +255,12 @@ def judge(
         name=str(first.get("name", "?")),
         attempt=_int(first, "attempt") or 0,
         state=state,
-        elapsed_s=(now if state == "running" else ended) - started,
+        elapsed_s=(now if state == JobState.RUNNING else ended) - started,
         hang_timeout_s=hang_timeout,
         world_size=_int(first, "world_size") or len(rows),
         nodes=tuple(_int(node, "node") or 0 for node in snapshots),
         ranks=tuple(rows),
-        suspicions=tuple(suspicions(rows, hang_timeout) if state == "running" else ()),
+        suspicions=tuple(suspicions(rows, hang_timeout) if state == JobState.RUNNING else ()),
         snapshot_age_s=max(0.0, now - written),
     )
 

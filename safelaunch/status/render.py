@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from safelaunch.status.model import JobStatus, RankRow, short_frame
+from safelaunch.status.model import JobState, JobStatus, RankRow, short_frame
 
 STATUS_SCHEMA = "safelaunch.status/1"  # docs/status.md
 _STATE_COLOURS = {
@@ -62,7 +62,7 @@ def table(status: JobStatus, run_dir: Path, colour: bool = False) -> str:
         f"on {nodes} node{'s' if nodes != 1 else ''}"
         + (f", hang timeout {status.hang_timeout_s:g} s" if status.hang_timeout_s else "")
     ]
-    if status.state == "launcher gone":
+    if status.state == JobState.LAUNCHER_GONE:
         lines.append(
             f"  the launcher wrote nothing for {status.snapshot_age_s:.0f} s: it is gone or "
             "frozen; what follows is its last word"

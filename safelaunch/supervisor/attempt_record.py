@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from safelaunch.console import Console
+from safelaunch.console import Console, Level
 from safelaunch.hangs.detection import HangEvidence
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous.stops import NodeStop
@@ -73,7 +73,7 @@ def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:
         console.say(
             f"cannot write logs under {plan.attempt_dir}: {exc.strerror}; "
             "the job runs with console output only",
-            "warning",
+            Level.WARNING,
         )
         return False
     console.attach_log(fd)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from safelaunch.supervisor.procs import (
-    Seen,
+    ProcessIdentity,
     descendants,
     job_processes,
     left_behind,
@@ -89,7 +89,7 @@ def _watch(read_fd: int, token: str) -> None:
         os.dup2(devnull, fd)  # never hold the user's pipes (`| tee`) open
     os.closerange(3, read_fd)
     os.closerange(read_fd + 1, 65536)
-    recorded: dict[int, Seen] = {}
+    recorded: dict[int, ProcessIdentity] = {}
     while not select.select([read_fd], [], [], RECORD_INTERVAL)[0]:
         recorded = _record(recorded, launcher)
     try:
@@ -102,7 +102,7 @@ def _watch(read_fd: int, token: str) -> None:
     _sweep(lambda: job_processes(token, below=None) | left_behind(recorded, sessions))
 
 
-def _record(recorded: dict[int, Seen], launcher: int) -> dict[int, Seen]:
+def _record(recorded: dict[int, ProcessIdentity], launcher: int) -> dict[int, ProcessIdentity]:
     """The launcher's tree now, plus what was recorded before and still runs (it may have
     left the tree only as the launcher died)."""
     now = descendants(launcher)

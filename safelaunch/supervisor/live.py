@@ -19,7 +19,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,11 +27,26 @@ from typing import Any, Protocol
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.rundir import heartbeat_file, live_file
 from safelaunch.rundir.heartbeat_file import Beat
+from safelaunch.rundir.writing import Writer
+from safelaunch.vocab import StrEnum
 
 FRAMES_SHOWN = 12
 MAX_SAMPLES = 600  # per rank and series: the history stays small on a week-long job
 
-Writer = Callable[[Path, str], bool]  # atomic file write; False when it failed
+
+class NodeSnapshotState(StrEnum):
+    """A snapshot's "state": its launcher's attempt runs, or has ended."""
+
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+class RankSnapshotState(StrEnum):
+    """A rank's "state" in a snapshot: what the supervisor knows of its process."""
+
+    NOT_STARTED = "not started"
+    RUNNING = "running"
+    EXITED = "exited"
 
 
 class Sharing(Protocol):
@@ -101,7 +116,7 @@ class LiveState:
     def poll(self, now: float, ranks: Sequence[RankNow]) -> None:
         """Sample every rank, write the snapshot, exchange it with the other nodes."""
         self._next = now + self._every
-        snapshot = self._snapshot(now, ranks, "running", None, None)
+        snapshot = self._snapshot(now, ranks, NodeSnapshotState.RUNNING, None, None)
         text = json.dumps(snapshot)
         self._write(live_file.snapshot(self._plan.attempt_dir, self._node), text)
         if self._sharing is not None:
@@ -114,7 +129,7 @@ class LiveState:
     ) -> None:
         """The last snapshot (state `ended`) and the history, for the report's timeline."""
         now = time.time()
-        snapshot = self._snapshot(now, ranks, "ended", teardown_at, cause)
+        snapshot = self._snapshot(now, ranks, NodeSnapshotState.ENDED, teardown_at, cause)
         self._write(live_file.snapshot(self._plan.attempt_dir, self._node), json.dumps(snapshot))
         history = {
             "schema": live_file.HISTORY_SCHEMA,
@@ -146,7 +161,7 @@ class LiveState:
         self,
         now: float,
         ranks: Sequence[RankNow],
-        state: str,
+        state: NodeSnapshotState,
         teardown_at: float | None,
         cause: str | None,
     ) -> dict[str, Any]:
@@ -190,11 +205,11 @@ class LiveState:
             "rank": rank.rank,
             "local_rank": rank.local_rank,
             "pid": rank.pid,
-            "state": "not started"
+            "state": RankSnapshotState.NOT_STARTED
             if rank.spawned_at is None
-            else "running"
+            else RankSnapshotState.RUNNING
             if rank.returncode is None
-            else "exited",
+            else RankSnapshotState.EXITED,
             "returncode": rank.returncode,
             "spawned_at": rank.spawned_at,
             "ended_at": rank.ended_at,

@@ -19,6 +19,7 @@ from safelaunch.hangs.stack_evidence import take_evidence
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.rundir.writing import Writer
 from safelaunch.supervisor import teardown
 from safelaunch.supervisor.attempt_record import AttemptRecord, PeerWatch
 from safelaunch.supervisor.ending import kill_everything, sweep_strays
@@ -28,11 +29,11 @@ from safelaunch.supervisor.interrupts import (
     signal_explains,
     stopped_from,
 )
-from safelaunch.supervisor.live import LiveState, Writer
+from safelaunch.supervisor.live import LiveState
 from safelaunch.supervisor.procs import reap_strays, signal_group, signal_pids
 from safelaunch.supervisor.rank_signs import RankSigns
 from safelaunch.supervisor.signals import SignalReceiver
-from safelaunch.supervisor.teardown import TeardownCause
+from safelaunch.supervisor.teardown import SignalAct, TeardownCause
 from safelaunch.supervisor.watchers import (
     Clock,
     HangWatch,
@@ -189,7 +190,7 @@ class _Attempt:
                 signum, self._td.cause, self._workers.failed_codes(), self._peer_event
             )
             act = teardown.on_signal(self._td, self._interrupt is not None, explains)
-            if act == "begin":
+            if act == SignalAct.BEGIN:
                 self._interrupt = signum
                 self._tell_peers(stops.interrupted(*self._where, signum))
                 self._console.say(
@@ -197,9 +198,9 @@ class _Attempt:
                     f"(SIGKILL in {self._plan.shutdown_timeout:g} s; again to kill now)"
                 )
                 self._begin_teardown(TeardownCause.SIGNAL, signum)
-            elif act == "reached first":
+            elif act == SignalAct.REACHED_FIRST:
                 self._signal_reached_ranks_first(signum)
-            elif act == "noted":  # already stopping for another reason
+            elif act == SignalAct.NOTED:  # already stopping for another reason
                 self._interrupt = signum
                 self._console.say(
                     f"received {name} while stopping the ranks "

@@ -58,15 +58,15 @@ def _stat(pid: int) -> tuple[bytes, int] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Seen:
+class ProcessIdentity:
     """What identifies a process for good: its session and its start time (pids are reused)."""
 
     session: int
     started: int
 
 
-def _identity(pid: int) -> tuple[int, Seen] | None:
-    """(parent pid, Seen) of a live process; None when gone or a zombie."""
+def _identity(pid: int) -> tuple[int, ProcessIdentity] | None:
+    """(parent pid, ProcessIdentity) of a live process; None when gone or a zombie."""
     try:
         stat = _read(f"/proc/{pid}/stat")
     except OSError:
@@ -74,27 +74,27 @@ def _identity(pid: int) -> tuple[int, Seen] | None:
     fields = stat[stat.rfind(b")") + 2 :].split(b" ")
     if fields[0] == b"Z":
         return None
-    return int(fields[1]), Seen(session=int(fields[3]), started=int(fields[19]))
+    return int(fields[1]), ProcessIdentity(session=int(fields[3]), started=int(fields[19]))
 
 
-def still(pid: int, seen: Seen) -> bool:
+def still(pid: int, seen: ProcessIdentity) -> bool:
     """True while the process recorded as `seen` runs (not a new one with its pid)."""
     found = _identity(pid)
     return found is not None and found[1] == seen
 
 
-def descendants(root: int) -> dict[int, Seen]:
+def descendants(root: int) -> dict[int, ProcessIdentity]:
     """Every live descendant of `root` now, by parent chain: whatever its environment or
     session (a process that ran `env -i` or setsid is still below us while we live)."""
     children: dict[int, list[int]] = {}
-    seen: dict[int, Seen] = {}
+    seen: dict[int, ProcessIdentity] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             found = _identity(int(entry.name))
             if found is not None:
                 children.setdefault(found[0], []).append(int(entry.name))
                 seen[int(entry.name)] = found[1]
-    tree: dict[int, Seen] = {}
+    tree: dict[int, ProcessIdentity] = {}
     stack = list(children.get(root, []))
     while stack:
         pid = stack.pop()
@@ -104,7 +104,7 @@ def descendants(root: int) -> dict[int, Seen]:
     return tree
 
 
-def left_behind(recorded: dict[int, Seen], sessions: set[int]) -> set[int]:
+def left_behind(recorded: dict[int, ProcessIdentity], sessions: set[int]) -> set[int]:
     """Live processes recorded while the launcher lived (same start time: not a reused pid),
     anything in a session one of them led, and their descendants now."""
     children: dict[int, list[int]] = {}

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from safelaunch.console import Console, Sending
+from safelaunch.console import Console, Level, Sending
 from safelaunch.supervisor.lines import LineAssembler, format_lines
 
 CHUNK = 64 * 1024
@@ -102,7 +102,7 @@ class ConsoleWriter(threading.Thread):
             self._console.say(
                 f"the console fell behind: {skipped} line(s) of rank output not shown here; "
                 "the rank logs have every byte",
-                "warning",
+                Level.WARNING,
             )
 
     def close(self, timeout: float) -> None:

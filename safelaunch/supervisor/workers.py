@@ -12,7 +12,7 @@ import queue
 import threading
 from pathlib import Path
 
-from safelaunch.console import Console
+from safelaunch.console import Console, Level
 from safelaunch.plan import LaunchPlan, WorkerSpec
 from safelaunch.supervisor.attempt_record import RankExit
 from safelaunch.supervisor.spawn import StartedRank, start_rank
@@ -100,7 +100,7 @@ class Workers:
     def _log_error(self, rank: int, path: Path, exc: OSError, offset: int) -> None:
         problem = f"rank {rank}'s log {path} is incomplete after byte {offset}: {exc.strerror}"
         self.log_problems.append(problem)
-        self._console.say(problem + " (the console still shows its output)", "warning")
+        self._console.say(problem + " (the console still shows its output)", Level.WARNING)
 
     def collect(self, timeout: float) -> None:
         """Record the exits that arrive within `timeout` (all that are waiting, once one is)."""

@@ -7,15 +7,13 @@ as report.json. A view never changes the run's outcome: any failure here is swal
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from safelaunch.rundir import report_file
+from safelaunch.rundir.writing import Writer
 from safelaunch.view.lanes import read_timeline
 from safelaunch.view.page import render
 from safelaunch.view.trace import trace
-
-Writer = Callable[[Path, str], bool]
 
 
 def write_views(run_dir: Path, write: Writer) -> bool:
