@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
+from safelaunch.diagnose import jsonshape as js
 from safelaunch.diagnose.hang import HangAnalysis
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.outcome import Outcome
@@ -72,6 +73,32 @@ class Forensics:
     error: str | None = None  # why torch's analyser refused the records
 
 
+_RANKS = js.Arr(js.INT)
+# flightcheck's JSON, as parse reads it: it carries what the records held (any file found
+# below a directory explain was given), so it is checked as every record explain reads is
+FLIGHTCHECK = js.Obj(
+    {
+        "ranks": _RANKS,
+        "compared": _RANKS,
+        "unnamed": js.INT,
+        "divergences": js.Arr(
+            js.Obj(
+                {
+                    "ranks": _RANKS,
+                    "seq": js.INT,
+                    "missing": _RANKS,
+                    "no_record": _RANKS,
+                    "differ": js.Map(js.STR),
+                    "desc": js.OPT_STR,
+                    "detail": js.OPT_STR,
+                }
+            )
+        ),
+        "p2p": js.Arr(js.Obj({"ranks": js.Row((js.INT, js.INT)), "calls": js.Map(js.STR)})),
+    }
+)
+
+
 def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
     """safelaunch.flightcheck's JSON; None when it could not run (no torch, crash, timeout)."""
     try:
@@ -91,9 +118,10 @@ def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
                 time.sleep(0.05)
             output.seek(0)
             result = json.loads(output.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return result if isinstance(result, dict) else None
+    fits = isinstance(result, dict) and js.mismatch(result, FLIGHTCHECK) is None
+    return result if fits else None
 
 
 Word = TypeVar("Word", bound=str)
