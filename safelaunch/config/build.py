@@ -23,7 +23,7 @@ from safelaunch.config.parse import (
 )
 from safelaunch.config.record import LaunchConfig
 from safelaunch.errors import ConfigError
-from safelaunch.slurm import slurm_defaults
+from safelaunch.slurm import slurm_defaults, slurm_unread
 from safelaunch.userfiles import path_problem
 from safelaunch.values import text_problem
 
@@ -132,6 +132,7 @@ def build_config(
     """
     chosen = dict(raw)
     origins: list[str] = []
+    unread: list[str] = []
     if explicit is not None:
         slurm = slurm_defaults(environ)
         alone = bool(raw["standalone"])
@@ -145,6 +146,12 @@ def build_config(
             if name not in explicit and (name in always or several):
                 chosen[name] = value
                 origins.append(f"{name}={value} ({source})")
+        # said where the variable would have counted: a flag that overrides it silences it
+        unread = [
+            line
+            for name, line in slurm_unread(environ).items()
+            if name not in explicit and (name in always or several)
+        ]
     raw = chosen
     check_text(raw)
     chosen["nnodes"] = parse_nnodes(str(raw["nnodes"]))
@@ -187,6 +194,7 @@ def build_config(
         lint=not raw.get("no_lint", False),
         local_addr=raw["local_addr"] or None,
         origins=tuple(origins),
+        slurm_unread=tuple(unread),
         isolate=raw.get("isolate", defaults.ISOLATE),
         isolate_timeout=raw.get("isolate_timeout", defaults.ISOLATE_TIMEOUT_S),
         isolate_single=raw.get("isolate_single", False),
