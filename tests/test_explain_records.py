@@ -76,6 +76,16 @@ def test_a_path_longer_than_the_system_allows_is_one_line(tmp_path: Path, path: 
     assert "cannot be read (File name too long)" in line and len(line) < 400
 
 
+def test_a_directory_at_the_systems_path_limit_is_one_line(tmp_path: Path) -> None:
+    # its own path is fine, `PATH/latest` is past the limit: a probe there must not raise
+    deep = tmp_path
+    while len(str(deep)) + 241 < 4080:
+        deep = deep / ("d" * 240)
+    deep = deep / ("e" * (4090 - len(str(deep)) - 1))
+    deep.mkdir(parents=True)
+    assert "no rankK.log nor attempt_N/<rank>/stdout.log below it" in _one_error(str(deep))
+
+
 def test_a_report_of_the_right_shape_is_read(tmp_path: Path) -> None:
     report = {
         "status": "failed",

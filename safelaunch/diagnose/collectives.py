@@ -9,6 +9,7 @@ called it; rank 2 is in train.py:88 in load_shard".
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -201,7 +202,7 @@ def records_under(directory: Path) -> list[Path]:
             break
         ours = path.parent.name == FLIGHT_DIR and path.suffix == ".json"
         torchs = not path.suffix and _TORCH_DUMP.search(path.name) is not None
-        if (ours or torchs) and path.is_file() and inside(directory, path):
+        if (ours or torchs) and os.path.isfile(path) and inside(directory, path):
             attempt = path.parent.parent if ours else path.parent
             found.setdefault(attempt, []).append(path)
     if not found:
@@ -227,9 +228,10 @@ def _mtime(path: Path) -> float:
 def explain_lines(where: Path) -> list[str]:
     """explain's section on the flight records found below `where`."""
     latest = where / "latest"  # a log directory: its latest run, as explain reads its logs
-    if latest.is_dir() and inside(where, latest):
+    # os.path: False, not an OSError, for a path past the system's limit (a deep PATH)
+    if os.path.isdir(latest) and inside(where, latest):
         where = latest.resolve()
-    files = records_under(where) if where.is_dir() else []
+    files = records_under(where) if os.path.isdir(where) else []
     forensics = examine(files, {}, files[0].parent) if files else None
     if forensics is None:
         return []

@@ -169,7 +169,8 @@ def _ended(entry: dict[str, Any]) -> tuple[bool | None, int | None, int | None]:
 
 def _safelaunch(directory: Path) -> LogSet | None:
     latest = directory / "latest"
-    if latest.is_dir() and inside(directory, latest):  # never a link out of the tree
+    # os.path: False, not an OSError, for a path past the system's limit (a deep PATH)
+    if os.path.isdir(latest) and inside(directory, latest):  # never a link out of the tree
         directory = latest.resolve()
     attempts = _numbered(directory, "attempt_")
     attempt = attempts[-1] if attempts else directory
