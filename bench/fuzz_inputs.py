@@ -1,4 +1,6 @@
-"""A long exploratory run of the hostile-input generator (tests/hostile.py), random seeds.
+"""A long exploratory run of the hostile-input generator (tests/hostile.py), random seeds:
+the launch's flags, variables and files, doctor, and explain (its run directories'
+report.json drawn by hostile.report_bytes, as tests/test_generated_input.py does).
 
     .venv/bin/python bench/fuzz_inputs.py [--cases 3000]
 

@@ -101,6 +101,8 @@ def run(config: LaunchConfig, console: Console) -> int:
         keeper = Keeper.start(identity.token, str(identity.private_dir))  # before any thread
         if config.origins:
             console.say("from SLURM (flags win): " + ", ".join(config.origins))
+        for line in config.slurm_unread:
+            console.say(line, Level.WARNING)
         if config.nnodes[1] > 1:
             # Torch's store wait is a native call: the CLI's early SIGTERM handler would only
             # run when it returns (join_timeout later). The kernel's default ends us at once.

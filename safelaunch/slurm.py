@@ -11,6 +11,11 @@ step's own variables (SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST) describe where 
 safelaunch's peers are, so they win over the job's (SLURM_JOB_NUM_NODES,
 SLURM_JOB_NODELIST). SLURM_NODEID is already relative to the step (measured with
 SLURM 22.05: `srun -N1 -r1` on a two-node job gives SLURM_NODEID=0, SLURM_NNODES=1).
+
+A variable that cannot be read is never dropped in silence: the node count, node rank
+and node list are refused (the job would not be the one SLURM placed); a value that
+only sets a default (the GPUs per node, the port derived from the job id) is not used,
+with one warning naming the variable and its value (slurm_unread).
 """
 
 from __future__ import annotations
@@ -69,13 +74,42 @@ def slurm_defaults(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         list_var = next((v for v in _NODE_LIST if environ.get(v)), None)
         if list_var:
             found["master_addr"] = (first_host(environ[list_var]), f"first host of {list_var}")
-        port = PORT_BASE + (int(job) % PORT_SPAN if job.isascii() and job.isdigit() else 0)
+        port = PORT_BASE + (int(job) % PORT_SPAN if _job_number(job) else 0)
         found["master_port"] = (port, "derived from SLURM_JOB_ID")
         found["rdzv_id"] = (job, "SLURM_JOB_ID")
     gpus = environ.get("SLURM_GPUS_ON_NODE")
-    if gpus and gpus.isascii() and gpus.isdigit() and 0 < int(gpus) <= values.MAX_NPROC:
+    if gpus and _gpu_count(gpus):
         found["nproc_per_node"] = (gpus, "SLURM_GPUS_ON_NODE")
     return found
+
+
+def _job_number(job: str) -> bool:
+    return job.isascii() and job.isdigit()
+
+
+def _gpu_count(gpus: str) -> bool:
+    return gpus.isascii() and gpus.isdigit() and 0 < int(gpus) <= values.MAX_NPROC
+
+
+def slurm_unread(environ: Mapping[str, str]) -> dict[str, str]:
+    """{option: one warning line} for each SLURM variable that is set, cannot be read, and
+    would have given that option's default (slurm_defaults leaves it out, or falls back)."""
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
+        return {}
+    unread = {}
+    if not _job_number(job):
+        unread["master_port"] = (
+            f"SLURM_JOB_ID={job!r} is not a job number: every node derives master port "
+            f"{PORT_BASE} from it; give --master-port to choose one"
+        )
+    gpus = environ.get("SLURM_GPUS_ON_NODE")
+    if gpus and not _gpu_count(gpus):
+        unread["nproc_per_node"] = (
+            f"SLURM_GPUS_ON_NODE={gpus!r} is not a GPU count (1 to {values.MAX_NPROC}): not "
+            "used for the ranks per node; give --nproc-per-node"
+        )
+    return unread
 
 
 def node_name(environ: Mapping[str, str]) -> str | None:

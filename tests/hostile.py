@@ -89,6 +89,7 @@ def invoke(
 # Values that broke something once, or are the classic traps.
 NASTY = [
     "",
+    "--",  # argparse handed `--opt=--` an empty list (issue 28)
     " ",
     "0",
     "-1",
@@ -112,6 +113,10 @@ NASTY = [
     "0x10",
     "1_000",
     "٣",  # ARABIC-INDIC DIGIT THREE: int() accepts it
+    "٤",
+    "4x",
+    "-1e9",
+    "1e9",
     "１２",  # fullwidth digits
     "²",
     "3\x00",
@@ -482,7 +487,13 @@ def case_strategy(draw: st.DrawFn) -> Case:
         "sigs.toml": draw(_SIGNATURES_FILE),
         "gpus.json": draw(_INVENTORY_FILE),
     }
+    if command == "explain" and draw(st.booleans()):  # a run directory, its report anything
+        files[RUN_LOG] = b"Traceback (most recent call last):\nValueError: x\n"
+        files["run/attempt_0/report.json"] = draw(report_bytes())
     return Case(argv=argv, env=env, files=files, command=command)
+
+
+RUN_LOG = "run/attempt_0/rank0.log"
 
 
 NUMBER_FIELDS = (
@@ -546,6 +557,7 @@ def run_case(case: Case, scratch: str | None = None) -> str | None:
 
     where = Path(tempfile.mkdtemp(dir=scratch))
     for name, data in case.files.items():
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
         (where / name).write_bytes(data)
     argv = [_materialise(a, where) for a in case.argv]
     env: dict[str, str | None] = {
@@ -564,7 +576,8 @@ def run_case(case: Case, scratch: str | None = None) -> str | None:
             ["--log-dir", str(where / "logs"), *argv, str(where / "train.py")],
         )
     elif case.command == "explain":
-        target, args = explain_command, [*argv, str(where / "gpus.json")]
+        read = where / ("run" if RUN_LOG in case.files else "gpus.json")
+        target, args = explain_command, [*argv, str(read)]
     else:
         target, args = doctor_command, argv
     previous = signal.signal(signal.SIGALRM, _alarm)
@@ -611,3 +624,99 @@ def _verdict(result: Any, where: Path) -> str | None:
     if (where / "logs").exists():
         return "log directory created by a launch that did not start"
     return None
+
+
+# --- explain's readers: run directories whose records are anything -------------------
+
+# A report.json as a failed 2-rank run writes it (the fields explain's readers use).
+REPORT = {
+    "status": "failed",
+    "exit_code": 1,
+    "stopped_by_node": None,
+    "ranks": [
+        {"rank": 0, "state": "failed", "exit_code": 1, "signal": None, "ended_after_s": 1.5},
+        {"rank": 1, "state": "stopped", "exit_code": None, "signal": "SIGTERM"},
+    ],
+    "diagnosis": {
+        "class": "data/sampling",
+        "root_cause_rank": 0,
+        "signature": "x",
+        "summary": "s",
+        "next_steps": ["n"],
+        "leaves": {"0": {"how": "sys.exit", "code": 1, "seq": 3, "frames": [["t.py", 3, "f"]]}},
+        "collectives": {"0": 3, "1": 4},
+    },
+    "hang": {
+        "stuck_for_s": 6.0,
+        "culprits": [1],
+        "groups": [{"ranks": [0], "activity": "all_reduce", "location": "t.py:9 in <module>"}],
+        "reason": "r",
+    },
+}
+
+
+def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every key/index path into `value`, itself included."""
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _places(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _places(item, (*path, index))
+
+
+_REPORT_PLACES = list(_places(REPORT))[1:]
+
+
+@st.composite
+def report_document(draw: st.DrawFn) -> Any:
+    """REPORT with one to three of its parts replaced by any JSON value (a number where a
+    list was, a string for a rank, ...), or any JSON value at all."""
+    import copy
+
+    if draw(st.integers(0, 4)) == 0:
+        return draw(_json_value())
+    document = copy.deepcopy(REPORT)
+    for _ in range(draw(st.integers(1, 3))):
+        *parents, last = draw(st.sampled_from(_REPORT_PLACES))
+        node: Any = document
+        for key in parents:
+            fits = isinstance(node, dict) and key in node
+            fits = fits or (isinstance(node, list) and isinstance(key, int) and key < len(node))
+            if not fits:
+                break
+            node = node[key]
+        else:
+            keyed = isinstance(node, dict) and isinstance(last, str)
+            if keyed or (isinstance(node, list) and isinstance(last, int) and last < len(node)):
+                node[last] = draw(_json_value())
+    return document
+
+
+def report_bytes() -> st.SearchStrategy[bytes]:
+    """report.json's bytes: a mutated report, deep nesting, NaN, truncation, any bytes."""
+    import json
+
+    document = report_document().map(lambda d: json.dumps(d).encode())
+    deep = st.integers(17, 20000).map(lambda n: b'{"ranks": ' + b"[" * n + b"]" * n + b"}")
+    return st.one_of(
+        document,
+        document,
+        document,
+        deep,
+        document.map(lambda b: b[: len(b) // 2]),  # cut short
+        st.just(b'{"ranks": [{"rank": 0, "ended_after_s": NaN}]}'),
+        st.binary(max_size=80),
+    )
+
+
+def explain_path() -> st.SearchStrategy[str]:
+    """A PATH for explain: the run directory (`@run`), or a path that is not one."""
+    return st.one_of(
+        *[st.just("@run")] * 6,
+        st.just("@run/attempt_0/rank0.log"),
+        st.just("@run/attempt_0/report.json"),
+        st.sampled_from(["x" * 5000, "y" * 256, "a/" * 3000, "/dev/null", "", "\x00", "é/☃"]),
+        st.text(max_size=30).map(lambda t: "@run/" + t),
+    )

@@ -13,7 +13,13 @@ from conftest import cli, safelaunch_cmd, worker
 from hostile import invoke
 
 from safelaunch import exitcodes
-from safelaunch.cli import doctor_command, explain_command, lint_command, status_command
+from safelaunch.cli import (
+    doctor_command,
+    explain_command,
+    launch_command,
+    lint_command,
+    status_command,
+)
 from safelaunch.cli.commands import finish
 from safelaunch.console import Console
 from safelaunch.errors import ConfigError, PreflightError
@@ -240,6 +246,41 @@ def test_subcommand_errors_are_shown_once_with_their_code(
     assert len(lines) == 1 and lines[0].startswith("safelaunch: error: "), result.stderr
     assert needle.format(tmp=tmp_path) in lines[0]
     assert result.stdout == ""
+
+
+def _valued_options() -> list[tuple[object, str]]:
+    """Every option that takes a value, of every command (their own parsers' tables)."""
+    from safelaunch.cli.options import LAUNCH_OPTIONS
+
+    found: list[tuple[object, str]] = [
+        (launch_command, name) for spec in LAUNCH_OPTIONS if not spec.flag for name in spec.names
+    ]
+    for command, names in (
+        (explain_command, ["--signatures"]),
+        (doctor_command, ["--nproc-per-node", "--master-addr"]),
+        (status_command, ["--log-dir", "--interval"]),
+    ):
+        found += [(command, name) for name in names]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("command", "name"), _valued_options(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_double_dash_as_a_value_is_refused_like_a_missing_one(
+    tmp_path: Path, command: object, name: str
+) -> None:
+    # argparse handed `--opt=--` an empty list: --isolate-timeout ended in exit 70,
+    # --color, --signatures, --event-log-handler started as if unset
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    tails = {launch_command: [str(script)], explain_command: ["x"]}
+    argv = [f"{name}=--", *tails.get(command, [])]  # type: ignore[call-overload]
+    result = invoke(command, argv, env={"SAFELAUNCH_COLOR": "never"})  # type: ignore[arg-type]
+    assert result.exit_code == exitcodes.USAGE, result.output
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "expected one argument" in errors[0], result.stderr
+    assert result.exception is None and not (tmp_path / "logs").exists()
 
 
 def test_only_the_cli_exits_and_never_with_a_bare_number() -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def test_without_a_gpu_every_check_is_skipped_in_one_go(tmp_path: Path) -> None:
     assert len(checks) == 13 and all(line.startswith("SKIP  ") for line in checks)
     assert all(line.endswith("no GPU") for line in checks)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["counts"] == {"PASS": 0, "FAIL": 0, "SKIP": 13}
+    assert summary["counts"] == {"PASS": 0, "FAIL": 0, "SKIP": 13, "CUT": 0}
     assert summary["exit_code"] == 0
     assert (tmp_path / "out" / "summary.txt").read_text().splitlines()[-1] == lines[-1]
 
@@ -135,6 +136,99 @@ def test_duplicate_gpu_passes_only_with_the_communication_layer_verdict() -> Non
     assert "duplicate-gpu (environment/launch), Gloo rerun: communication layer" in verdict.detail
 
 
+def _load_runner() -> tuple[Any, Any]:
+    """scripts/gpu/acceptance.py and checks.py as the script imports them (their own
+    judge module: its Status is theirs)."""
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+    import acceptance
+    import checks
+
+    return acceptance, checks
+
+
+def test_a_check_the_budget_cuts_is_not_green(tmp_path: Path) -> None:
+    acceptance, checks = _load_runner()
+    # 5 s left: every check needs more, so none runs and each is CUT, and the run fails
+    results = acceptance.run_checks(
+        sys.executable, [checks.Gpu(index=0, uuid=UUID, name="H200")], tmp_path,
+        time.monotonic() + 5, [],
+    )  # fmt: skip
+    assert [r.status.value for r in results] == ["CUT"] * len(checks.CHECKS)
+    assert all("not run: " in r.detail for r in results) and not list(tmp_path.iterdir())
+    assert acceptance.exit_code(results) == 1
+
+
+def test_the_budget_fits_the_checks_and_one_device_command() -> None:
+    acceptance, checks = _load_runner()
+    timeouts = [timeout for _, timeout, _ in checks.CHECKS]
+    assert acceptance.budget([]) >= sum(timeouts)  # no check is cut short of its timeout
+    assert acceptance.budget([]) + 60 <= 600  # with a typical install: one 600 s command
+    assert acceptance.budget(["doctor"]) == timeouts[0] + acceptance.OVERRUN
+
+
+def test_one_gpu_mapping_checks_fail_a_launcher_that_ignores_the_variable() -> None:
+    _, checks = _load_runner()
+    gpu = checks.Gpu(index=0, uuid=UUID, name="NVIDIA H200")
+    two = [gpu, checks.Gpu(index=1, uuid="GPU-2", name="NVIDIA H200")]
+    for variant in ("index", "uuid"):  # several GPUs: the last one, not cuda:0's default
+        (only,) = checks.selections(variant, two)
+        assert only.expected == (two[1],)
+    honest = {  # what safelaunch did (recorded): refused a selection of no GPU, mapped GPU 0
+        None: ran(recorded("mapping-index")),
+        "1": ran(recorded("mapping-hidden")),
+        UUID[:-1] + "0": ran(recorded("mapping-no-uuid")),
+        UUID: ran(recorded("mapping-index")),
+    }
+    ignoring = ran(recorded("mapping-index"))  # it starts the rank on GPU 0 whatever is set
+    for variant in ("index", "uuid"):
+        steps = checks.selections(variant, [gpu])
+        assert any(step.expected is None for step in steps), steps  # one must be refused
+
+        def verdict(output: Any, steps: Any = steps) -> Any:
+            return checks.all_of(
+                [
+                    checks.judge_hidden(output(s), str(s.visible))
+                    if s.expected is None
+                    else checks.judge_mapping(output(s), list(s.expected), s.note)
+                    for s in steps
+                ]
+            )
+
+        assert verdict(lambda s: honest[s.visible]).status.value == "PASS"
+        assert verdict(lambda s: ignoring).status.value == "FAIL"
+
+
+def test_cuda_oom_check_fails_when_a_gloo_rerun_ran(tmp_path: Path) -> None:
+    _, checks = _load_runner()
+    record = recorded("oom")
+    report = copy.deepcopy(record["report"])
+    report["isolation"]["gloo_rerun"] = True
+    run_dir = tmp_path / "run"
+    (run_dir / "attempt_0").mkdir(parents=True)
+    (run_dir / "attempt_0" / "report.json").write_text(json.dumps(report))
+
+    class Recorded(checks.Context):  # the launch as it ran, with a rerun in its report
+        def launch(self, *args: Any, **kwargs: Any) -> Any:
+            return checks.Ran(rc=record["rc"], output=record["output"], seconds=1.0), run_dir
+
+    ctx = Recorded(python=sys.executable, gpus=(), work=tmp_path, deadline=time.monotonic() + 9)
+    verdict, _ = checks.cuda_oom(ctx)
+    assert verdict.status.value == "FAIL" and "the Gloo rerun ran" in verdict.detail
+    report["isolation"]["gloo_rerun"] = False
+    (run_dir / "attempt_0" / "report.json").write_text(json.dumps(report))
+    verdict, _ = checks.cuda_oom(ctx)
+    assert verdict.status.value == "PASS" and "no Gloo rerun" in verdict.detail
+
+
+def test_the_default_output_directory_is_ignored_by_git() -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    probe = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "-q", "gpu_acceptance_out/summary.json"]
+    )
+    assert probe.returncode == 0
+
+
 def test_cuda_oom_is_resources_on_the_rank_that_ran_out() -> None:
     record = recorded("oom")
     expect = dict(signature="cuda-out-of-memory", klass="resources")
@@ -179,7 +273,7 @@ def test_nccl_timeout_needs_the_signature_and_a_flight_recorder_dump() -> None:
 
 @pytest.mark.parametrize(
     ("statuses", "code"),
-    [(["PASS", "SKIP"], 0), (["SKIP"], 0), (["PASS", "FAIL", "SKIP"], 1)],
+    [(["PASS", "SKIP"], 0), (["SKIP"], 0), (["PASS", "FAIL", "SKIP"], 1), (["PASS", "CUT"], 1)],
 )
 def test_summary_counts_and_exit_code(statuses: list[str], code: int) -> None:
     results = [

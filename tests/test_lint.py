@@ -225,6 +225,72 @@ def test_rule_is_quiet_on_the_right_way(rule: str) -> None:
     assert rule not in _rules(FIXTURES[rule][1])
 
 
+TRAIN = """
+dist.init_process_group("gloo")
+model = Net()
+for batch in loader:
+    model(batch).sum().backward()
+"""
+# Look-alikes of averaging the gradients by hand: (name, body after TRAIN, must fire)
+GRADIENT_SYNC = [
+    ("barrier-under-rank-0", "if rank == 0:\n    dist.barrier()", True),
+    ("barrier-everywhere", "dist.barrier()", True),
+    ("loss-for-logging", "dist.all_reduce(loss)", True),
+    ("loss-item-list", "dist.all_reduce(torch.tensor([loss.item()]))", True),
+    (
+        "gradient-norm",
+        "norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))\n"
+        "dist.all_reduce(norm)",
+        True,
+    ),
+    ("grad-norm-item", "dist.all_reduce(torch.tensor(p.grad.sum().item()))", True),
+    ("broadcast-params", "for p in model.parameters():\n    dist.broadcast(p.data, 0)", True),
+    ("named-grad-but-not", "grad_steps = torch.zeros(1)\ndist.all_reduce(grad_steps)", True),
+    ("tutorial", "for p in model.parameters():\n    dist.all_reduce(p.grad.data)", False),
+    ("keyword", "for p in model.parameters():\n    dist.all_reduce(tensor=p.grad)", False),
+    (
+        "flat-buffer",
+        "flat = torch.cat([p.grad.view(-1) for p in model.parameters()])\ndist.all_reduce(flat)",
+        False,
+    ),
+    (
+        "list-then-loop",
+        "grads = [p.grad for p in model.parameters()]\nfor g in grads:\n    dist.all_reduce(g)",
+        False,
+    ),
+    (
+        "helper-function",
+        "def sync(tensors):\n    for t in tensors:\n        dist.all_reduce(t)\n"
+        "sync([p.grad for p in model.parameters() if p.grad is not None])",
+        False,
+    ),
+    (
+        "hook",
+        "for p in model.parameters():\n    p.register_hook(lambda g: dist.all_reduce(g))",
+        False,
+    ),
+    (
+        "reduce-scatter",
+        "grads = {n: p.grad for n, p in model.named_parameters()}\n"
+        "dist.reduce_scatter_tensor(out, torch.cat(list(grads.values())))",
+        False,
+    ),
+    ("ddp", "model = DDP(model)", False),
+    ("fsdp", "from torch.distributed.fsdp import FullyShardedDataParallel", False),
+    ("horovod", "import horovod.torch as hvd", False),
+    ("deepspeed", "import deepspeed", False),
+    ("accelerate", "from accelerate import Accelerator", False),
+    ("lightning", "import lightning as L", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "fires"), [(b, f) for _, b, f in GRADIENT_SYNC], ids=[n for n, _, _ in GRADIENT_SYNC]
+)
+def test_only_a_reduction_of_the_gradients_stands_for_ddp(body: str, fires: bool) -> None:
+    assert ("model-not-wrapped" in _rules(TRAIN + body + "\n")) is fires
+
+
 def test_rules_speak_the_diagnosis_vocabulary() -> None:
     known = {signature.id for signature in SIGNATURES}
     for rule in RULES:

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from conftest import launch, worker
 
 from safelaunch.config import build_config
 from safelaunch.diagnose import diagnose
@@ -19,7 +20,7 @@ from safelaunch.rendezvous import Placement, assign, fact_mismatches, stops
 from safelaunch.rendezvous.membership import Joined, Membership
 from safelaunch.rendezvous.reach import probe_target
 from safelaunch.report import job_record, report_record
-from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults
+from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults, slurm_unread
 from safelaunch.supervisor import AttemptRecord, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
 
@@ -64,6 +65,47 @@ def test_slurm_gives_every_value_and_says_where_from() -> None:
     assert slurm_defaults({}) == {}
     one_node = slurm_defaults({"SLURM_JOB_ID": "1", "SLURM_NNODES": "1"})
     assert one_node == {"nnodes": ("1", "SLURM_NNODES")}
+
+
+UNREADABLE_COUNTS = ["٤", "4x", "١٢", "０", "0", "-1", "2000", " 4", "4.0", "nan"]
+
+
+@pytest.mark.parametrize("gpus", UNREADABLE_COUNTS)
+def test_an_unreadable_slurm_gpu_count_is_said_not_dropped(gpus: str) -> None:
+    environ = {"SLURM_JOB_ID": "1", "SLURM_NNODES": "1", "SLURM_GPUS_ON_NODE": gpus}
+    assert "nproc_per_node" not in slurm_defaults(environ)
+    config = build_config(_raw(), environ, explicit=frozenset())
+    assert config.nproc_per_node == 1  # the default, and said so:
+    (line,) = config.slurm_unread
+    assert f"SLURM_GPUS_ON_NODE={gpus!r}" in line and "--nproc-per-node" in line
+    # a flag that decides the rank count makes the variable moot: no warning
+    given = build_config(_raw(nproc_per_node="2"), environ, explicit=frozenset({"nproc_per_node"}))
+    assert given.slurm_unread == ()
+
+
+def test_every_slurm_variable_read_is_used_refused_or_warned_about() -> None:
+    readable = {**SLURM, "SLURM_GPUS_ON_NODE": "8"}
+    assert (
+        slurm_unread(readable) == {}
+        and build_config(_raw(), readable, explicit=frozenset()).slurm_unread == ()
+    )
+    # the job id only names the run, but the master port is derived from it
+    config = build_config(_raw(), {**SLURM, "SLURM_JOB_ID": "job٤"}, explicit=frozenset())
+    (line,) = config.slurm_unread
+    assert "SLURM_JOB_ID='job٤'" in line and "--master-port" in line
+    assert config.master_port == 20000
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NODEID", "SLURM_JOB_NODELIST"):  # refused
+        with pytest.raises(ConfigError, match=name):
+            slurm_defaults({**SLURM, name: "٤[" if "LIST" in name else "٤"})
+
+
+def test_a_launch_under_an_unreadable_slurm_gpu_count_warns_once(tmp_path) -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_GPUS_ON_NODE": "٤"}
+    run = launch(tmp_path, worker("dump_env.py"), env=env)
+    assert run.returncode == 0, run.stderr
+    said = [line for line in run.stderr.splitlines() if "SLURM_GPUS_ON_NODE" in line]
+    assert len(said) == 1 and "'٤'" in said[0] and "warning" in said[0], run.stderr
+    assert sorted(p.name for p in (tmp_path / "pids").glob("env*.json")) == ["env0.json"]
 
 
 def _raw(**changes: object) -> dict[str, object]:

@@ -4,8 +4,10 @@
                                          [--isolate auto|never] [--json results.json]
 
 Prints a line per case (which fields each launcher got right) and the score per field
-and in total. Total = class + rank + location + exit over every case, for both; the
-rerun decision ("isolate") is safelaunch's alone and is scored on its own line.
+and in total. Total = class + rank + location + exit for both, "exit" counting only cases
+where the expected code is the root cause's own; safelaunch's exit conventions (124 for
+a hang, 128+N for a signal: "convention") and the rerun decision ("isolate") are its
+alone and are scored on their own, outside the total. Both launchers get the same time.
 Minutes, not part of the test suite (tests/test_fault_zoo.py runs the --ci subset).
 """
 

@@ -1,9 +1,15 @@
 """Running a zoo case under safelaunch or torchrun, and scoring what each one reported.
 
 safelaunch is read from its report.json (the console's verdict, machine-readable) and,
-when nothing was started, from its one error line. torchrun is read as a person reads
-its console: the rank in its "Root Cause" block, the file:line of the rank's traceback,
-its exit code; it has no class and no rerun.
+when nothing was started, from its one error line: only what that line says (a file:line,
+its exit code), never a class or rerun answer it did not print. torchrun is read as a
+person reads its console: the rank in its "Root Cause" block, the file:line of the rank's
+traceback, its exit code; it has no class and no rerun. Both get the same time budget.
+
+Exit codes are scored twice: "exit" where the root cause has a code of its own (a rank's
+sys.exit / exception status, 0 for a clean job), for both launchers; "convention" where
+the code is one of safelaunch's conventions (124 for a hang, 128+N for a rank killed by
+signal N), safelaunch's alone and kept out of the total, as torchrun has no such rule.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from cases import SCENARIOS, Case
 PYTHON = sys.executable
 TORCHRUN = str(Path(PYTHON).with_name("torchrun"))
 HANG_TIMEOUT = 6.0  # --hang-timeout for every case; the clean cases stay quiet longer than this
-FIELDS = ("class", "rank", "location", "exit", "isolate")
+FIELDS = ("class", "rank", "location", "exit", "convention", "isolate")
 _ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: \d+\)", re.S)
 _FILE_LINE = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 _PREFIX = re.compile(r"^\[(?:rank|default)?(\d+)\]:\s?")
@@ -41,7 +47,8 @@ class Seen:
     ranks: tuple[int, ...]
     location: str | None  # file name:line
     exit_code: int
-    isolate: bool | None  # None: the launcher has no such thing
+    isolate: bool | None  # None: the launcher has no such thing, or did not say
+    conventions: bool  # the launcher has safelaunch's exit conventions (124, 128+N)
     wall: float
     output: str = field(repr=False)
     run_dir: Path | None = None
@@ -80,8 +87,14 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _timeout(case: Case) -> float:
+def budget(case: Case) -> float:
+    """Seconds either launcher gets for the case before the harness stops it (the same)."""
     return 60.0 if case.kind == "hang" else 120.0
+
+
+def exit_is_own(case: Case) -> bool:
+    """The expected exit code is the root cause's own, not a launcher's convention."""
+    return case.kind != "hang" and case.exit_code < 128
 
 
 def short(location: str | None) -> str | None:
@@ -104,20 +117,11 @@ def run_safelaunch(
         *_target(case),
     ]  # fmt: skip
     cwd = SCENARIOS if case.module else where
-    code, output, wall = _run(cmd, cwd, _env({**case.env, **(env or {})}), _timeout(case))
+    code, output, wall = _run(cmd, cwd, _env({**case.env, **(env or {})}), budget(case))
     run_dir = (logs / "latest").resolve() if (logs / "latest").exists() else None
     reports = sorted(run_dir.glob("attempt_*/report.json")) if run_dir else []
-    if not reports:  # refused before anything started: its one line is the verdict
-        found = re.search(r"([\w./-]+\.py):(\d+)", output)
-        return Seen(
-            klass="environment/launch" if code != 0 and "error" in output else None,
-            ranks=(),
-            location=f"{Path(found[1]).name}:{found[2]}" if found else None,
-            exit_code=code,
-            isolate=False,
-            wall=wall,
-            output=output,
-        )
+    if not reports:
+        return refused(output, code, wall)
     report = json.loads(reports[-1].read_text())
     return Seen(
         klass=report["diagnosis"]["class"],
@@ -125,9 +129,29 @@ def run_safelaunch(
         location=reported_location(report),
         exit_code=code,
         isolate=bool(report["isolation"] and report["isolation"]["gloo_rerun"]),
+        conventions=True,
         wall=wall,
         output=output,
         run_dir=run_dir,
+    )
+
+
+def refused(output: str, code: int, wall: float) -> Seen:
+    """safelaunch stopped before any rank started: its one line is all it said.
+
+    No class and no rerun answer are inferred from it (the line names neither), and no
+    rank (none ran): scored on what it printed, as torchrun is.
+    """
+    found = re.search(r"([\w./-]+\.py):(\d+)", output)
+    return Seen(
+        klass=None,
+        ranks=(),
+        location=f"{Path(found[1]).name}:{found[2]}" if found else None,
+        exit_code=code,
+        isolate=None,
+        conventions=True,
+        wall=wall,
+        output=output,
     )
 
 
@@ -156,7 +180,12 @@ def run_torchrun(case: Case, where: Path) -> Seen:
     where.mkdir(parents=True, exist_ok=True)
     cmd = [TORCHRUN, "--nproc-per-node=2", *_target(case)]
     cwd = SCENARIOS if case.module else where
-    code, output, wall = _run(cmd, cwd, _env(case.env), _timeout(case) / 2)
+    code, output, wall = _run(cmd, cwd, _env(case.env), budget(case))
+    return read_torchrun(output, code, wall)
+
+
+def read_torchrun(output: str, code: int, wall: float) -> Seen:
+    """torchrun's console as a person reads it."""
     root = _ROOT.search(output)
     rank = int(root[1]) if root else None
     return Seen(
@@ -165,6 +194,7 @@ def run_torchrun(case: Case, where: Path) -> Seen:
         location=_torchrun_location(output, rank),
         exit_code=code,
         isolate=None,
+        conventions=False,
         wall=wall,
         output=output,
     )
@@ -206,7 +236,10 @@ def score(case: Case, seen: Seen) -> dict[str, bool | None]:
         "class": seen.klass == case.klass,
         "rank": ranks_ok,
         "location": seen.location == case.fault_line(),
-        "exit": seen.exit_code == case.exit_code,
+        "exit": seen.exit_code == case.exit_code if exit_is_own(case) else None,
+        "convention": (
+            seen.exit_code == case.exit_code if seen.conventions and not exit_is_own(case) else None
+        ),
         "isolate": None if seen.isolate is None else seen.isolate == case.isolate,
     }
 

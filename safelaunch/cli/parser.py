@@ -69,6 +69,17 @@ class Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)  # `usage: PROG ...`, one line
         self.exit(exitcodes.USAGE, f"{self.prog}: error: {message}\n")
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # `--opt=--`: argparse (3.11's, for one) strips the `--` out of an explicit value
+        # and hands the option an empty list, past its type and choices (a crash in a
+        # later stage, or the option silently unset). `--opt --` is refused with
+        # "expected one argument": `--opt=--` means the same, on every Python.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            raise argparse.ArgumentError(
+                action, "expected one argument ('--' ends the options; it is not a value)"
+            )
+        return super()._get_values(action, arg_strings)
+
     def _get_option_tuples(self, option_string: str) -> list[Any]:
         # An abbreviation (--max-rest) stands for the one option it starts; both
         # spellings of a flag (--nproc-per-node, --nproc_per_node) are one option.

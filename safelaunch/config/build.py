@@ -24,7 +24,7 @@ from safelaunch.config.parse import (
 )
 from safelaunch.debugenv import DebugProfile
 from safelaunch.errors import ConfigError
-from safelaunch.slurm import slurm_defaults
+from safelaunch.slurm import slurm_defaults, slurm_unread
 from safelaunch.userfiles import path_problem
 from safelaunch.values import text_problem
 from safelaunch.vocab import Switch
@@ -134,6 +134,7 @@ def build_config(
     """
     chosen = dict(raw)
     origins: list[str] = []
+    unread: list[str] = []
     if explicit is not None:
         slurm = slurm_defaults(environ)
         alone = bool(raw["standalone"])
@@ -147,6 +148,12 @@ def build_config(
             if name not in explicit and (name in always or several):
                 chosen[name] = value
                 origins.append(f"{name}={value} ({source})")
+        # said where the variable would have counted: a flag that overrides it silences it
+        unread = [
+            line
+            for name, line in slurm_unread(environ).items()
+            if name not in explicit and (name in always or several)
+        ]
     raw = chosen
     check_text(raw)
     chosen["nnodes"] = parse_nnodes(str(raw["nnodes"]))
@@ -189,6 +196,7 @@ def build_config(
         lint=not raw.get("no_lint", False),
         local_addr=raw["local_addr"] or None,
         origins=tuple(origins),
+        slurm_unread=tuple(unread),
         isolate=Switch(raw.get("isolate", defaults.ISOLATE)),
         isolate_timeout=raw.get("isolate_timeout", defaults.ISOLATE_TIMEOUT_S),
         isolate_single=raw.get("isolate_single", False),

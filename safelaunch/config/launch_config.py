@@ -118,6 +118,7 @@ class LaunchConfig:
     lint: bool = True  # the static check of the script for DDP mistakes (safelaunch.lint)
     local_addr: str | None = None  # multi-node: the address this node advertises
     origins: tuple[str, ...] = ()  # values taken from SLURM: "nnodes=2 (SLURM_JOB_NUM_NODES)"
+    slurm_unread: tuple[str, ...] = ()  # SLURM variables that could not be read: warnings
     isolate: Switch = _ISOLATE  # the Gloo rerun after a failure
     isolate_timeout: float = defaults.ISOLATE_TIMEOUT_S  # cap on each isolation rerun, seconds
     isolate_single: bool = False  # also rerun with one rank

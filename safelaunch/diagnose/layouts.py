@@ -10,9 +10,10 @@ never a rank's error, but torchrun's "Root Cause" block names the failed rank an
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import signal
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,19 @@ from typing import Any
 
 from safelaunch import exitcodes
 from safelaunch.diagnose.frames import LINE_PREFIX
+from safelaunch.diagnose.jsonshape import (
+    INT,
+    OPT_INT,
+    OPT_NUM,
+    OPT_STR,
+    STR,
+    Arr,
+    Kind,
+    Map,
+    Obj,
+    Row,
+    read_record,
+)
 from safelaunch.diagnose.leaving import Leave, leave_from_record
 from safelaunch.diagnose.reading import inside, read_combined, read_stream, read_tail, walk
 from safelaunch.errors import SafelaunchError
@@ -85,12 +99,60 @@ def _numbered(directory: Path, prefix: str, suffix: str = "") -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+# The fields of report.json that explain's readers use (here and in safelaunch/explain.py),
+# as docs/report.schema.json declares them; a report that departs from them is unreadable.
+_LEAVE = Obj(
+    {
+        "how": OPT_STR,
+        "code": Kind((int, str, type(None))),
+        "location": OPT_STR,
+        "seq": OPT_INT,
+        "left_at": OPT_INT,
+        "frames": Arr(Row((STR, INT, STR))),
+    }
+)
+_GROUP = Obj({"ranks": Arr(INT), "activity": OPT_STR, "location": OPT_STR})
+REPORT = Obj(
+    {
+        "status": OPT_STR,
+        "exit_code": OPT_INT,
+        "stopped_by_node": OPT_STR,
+        "ranks": Arr(
+            Obj(
+                {
+                    "rank": INT,
+                    "state": OPT_STR,
+                    "exit_code": OPT_INT,
+                    "signal": OPT_STR,
+                    "ended_after_s": OPT_NUM,
+                }
+            )
+        ),
+        "diagnosis": Obj(
+            {
+                "class": OPT_STR,
+                "signature": OPT_STR,
+                "summary": OPT_STR,
+                "next_steps": Arr(STR),
+                "leaves": Map(_LEAVE),
+                "collectives": Map(OPT_INT),
+            }
+        ),
+        "hang": Obj(
+            {
+                "stuck_for_s": OPT_NUM,
+                "culprits": Arr(INT),
+                "groups": Arr(_GROUP),
+                "reason": OPT_STR,
+            }
+        ),
+    }
+)
+
+
 def _report(attempt: Path) -> dict[str, Any]:
-    try:
-        record = json.loads(read_tail(report_file.report(attempt), REPORT_LIMIT))
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+    """The attempt's report.json, its shape checked ({} when it wrote none)."""
+    return read_record(report_file.report(attempt), REPORT, REPORT_LIMIT) or {}
 
 
 def _ended(entry: dict[str, Any]) -> tuple[bool | None, int | None, int | None]:
@@ -108,7 +170,8 @@ def _ended(entry: dict[str, Any]) -> tuple[bool | None, int | None, int | None]:
 
 def _safelaunch(directory: Path) -> LogSet | None:
     latest = layout.latest(directory)
-    if latest.is_dir() and inside(directory, latest):  # never a link out of the tree
+    # os.path: False, not an OSError, for a path past the system's limit (a deep PATH)
+    if os.path.isdir(latest) and inside(directory, latest):  # never a link out of the tree
         directory = latest.resolve()
     attempts = _numbered(directory, layout.ATTEMPT_PREFIX)
     attempt = attempts[-1] if attempts else directory
@@ -116,7 +179,7 @@ def _safelaunch(directory: Path) -> LogSet | None:
     if not logs:
         return None
     report = _report(attempt)
-    entries = {e.get("rank"): e for e in report.get("ranks", []) if isinstance(e, dict)}
+    entries = {e.get("rank"): e for e in report.get("ranks") or [] if isinstance(e, dict)}
     leaves = (report.get("diagnosis") or {}).get("leaves") or {}
     ranks = []
     for path in logs:
@@ -250,28 +313,41 @@ def split_combined(text: str, default_rank: int | None = None) -> LogSet:
     return LogSet(layout="combined log", ranks=ranks, root_hint=hint, hosts=hosts)
 
 
+def _shown(where: str) -> str:
+    """A path as one line of an error: escaped, and its middle cut when very long."""
+    shown = where if where.isprintable() else repr(where)[1:-1]
+    return shown if len(shown) <= 200 else f"{shown[:100]}...{shown[-60:]}"
+
+
 def load(where: str) -> LogSet:
     """Find the logs at a path (or on stdin for `-`)."""
     if where == "-":
         return split_combined(read_stream(sys.stdin.buffer))
-    path = Path(where)
-    if path.is_file():
+    path, shown = Path(where), _shown(where)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        fix = "give a log file, a directory or -"
+        raise NoLogs(f"{shown}: no such file or directory", fix) from None
+    except (OSError, ValueError) as exc:  # too long for the system, not searchable, a NUL
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        fix = "give a log file, a directory or -"
+        raise NoLogs(f"{shown}: cannot be read ({why})", fix) from None
+    if stat.S_ISREG(mode):
         text = read_combined(path)
         if text is None:
-            raise NoLogs(f"{where}: cannot be read", "give a readable log file")
+            raise NoLogs(f"{shown}: cannot be read", "give a readable log file")
         named = _RANK_FILE.match(path.name)
         logs = split_combined(text, int(named[1]) if named else None)
         if named:  # one rank's own log from a run directory
             return LogSet(layout=f"one rank's log ({path.name})", ranks=logs.ranks)
         return logs
-    if path.exists() and not path.is_dir():
-        raise NoLogs(f"{where}: not a regular file or a directory", "give a log file")
-    if path.is_dir():
-        found = _safelaunch(path) or _torchrun(path)
-        if found:
-            return found
-        raise NoLogs(
-            f"{where}: no rankK.log nor attempt_N/<rank>/stdout.log below it",
-            "give a safelaunch or torchrun log directory, or one combined log file",
-        )
-    raise NoLogs(f"{where}: no such file or directory", "give a log file, a directory or -")
+    if not stat.S_ISDIR(mode):
+        raise NoLogs(f"{shown}: not a regular file or a directory", "give a log file")
+    found = _safelaunch(path) or _torchrun(path)
+    if found:
+        return found
+    raise NoLogs(
+        f"{shown}: no rankK.log nor attempt_N/<rank>/stdout.log below it",
+        "give a safelaunch or torchrun log directory, or one combined log file",
+    )

@@ -9,6 +9,7 @@ called it; rank 2 is in train.py:88 in load_shard".
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from safelaunch.diagnose import jsonshape as js
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.hangs.analysis import HangAnalysis
 from safelaunch.outcome import Outcome
@@ -85,6 +87,32 @@ class Forensics:
     error: str | None = None  # why torch's analyser refused the records
 
 
+_RANKS = js.Arr(js.INT)
+# flightcheck's JSON, as parse reads it: it carries what the records held (any file found
+# below a directory explain was given), so it is checked as every record explain reads is
+FLIGHTCHECK = js.Obj(
+    {
+        "ranks": _RANKS,
+        "compared": _RANKS,
+        "unnamed": js.INT,
+        "divergences": js.Arr(
+            js.Obj(
+                {
+                    "ranks": _RANKS,
+                    "seq": js.INT,
+                    "missing": _RANKS,
+                    "no_record": _RANKS,
+                    "differ": js.Map(js.STR),
+                    "desc": js.OPT_STR,
+                    "detail": js.OPT_STR,
+                }
+            )
+        ),
+        "p2p": js.Arr(js.Obj({"ranks": js.Row((js.INT, js.INT)), "calls": js.Map(js.STR)})),
+    }
+)
+
+
 def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
     """safelaunch.flights.check's JSON; None when it could not run (no torch, crash, timeout)."""
     try:
@@ -104,9 +132,10 @@ def run_flightcheck(paths: list[Path]) -> dict[str, Any] | None:
                 time.sleep(0.05)
             output.seek(0)
             result = json.loads(output.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return result if isinstance(result, dict) else None
+    fits = isinstance(result, dict) and js.mismatch(result, FLIGHTCHECK) is None
+    return result if fits else None
 
 
 def _word(value: object, words: type[Word]) -> Word:
@@ -173,7 +202,7 @@ def records_under(directory: Path) -> list[Path]:
             break
         ours = flight_file.is_ours(path)
         torchs = not path.suffix and _TORCH_DUMP.search(path.name) is not None
-        if (ours or torchs) and path.is_file() and inside(directory, path):
+        if (ours or torchs) and os.path.isfile(path) and inside(directory, path):
             attempt = path.parent.parent if ours else path.parent
             found.setdefault(attempt, []).append(path)
     if not found:
@@ -198,9 +227,10 @@ def _mtime(path: Path) -> float:
 def explain_lines(where: Path) -> list[str]:
     """explain's section on the flight records found below `where`."""
     latest = layout.latest(where)  # a log directory: its latest run, as explain reads its logs
-    if latest.is_dir() and inside(where, latest):
+    # os.path: False, not an OSError, for a path past the system's limit (a deep PATH)
+    if os.path.isdir(latest) and inside(where, latest):
         where = latest.resolve()
-    files = records_under(where) if where.is_dir() else []
+    files = records_under(where) if os.path.isdir(where) else []
     forensics = examine(files, {}, files[0].parent) if files else None
     if forensics is None:
         return []

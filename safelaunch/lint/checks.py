@@ -9,6 +9,7 @@ import ast
 from collections import Counter
 from collections.abc import Iterator
 
+from safelaunch.lint.gradients import reduces_gradients
 from safelaunch.lint.scan import Call, Script, global_rank, under_rank_condition
 
 COLLECTIVES = (
@@ -122,9 +123,11 @@ def loader_not_sharded(script: Script) -> Iterator[ast.Call]:
 
 
 def model_not_wrapped(script: Script) -> Iterator[ast.Call]:
-    if script.wrapped() or script.imports_any(*FRAMEWORKS) or script.called(*COLLECTIVES):
+    # Only what averages the gradients stands for DDP: a wrapper, a framework that wraps,
+    # or the script's own reduction of them (a barrier or a loss all_reduce does not).
+    if script.wrapped() or script.imports_any(*FRAMEWORKS) or not script.called("backward"):
         return
-    if not script.called("backward"):
+    if reduces_gradients(script):
         return
     for call in script.called("init_process_group"):
         yield call.node

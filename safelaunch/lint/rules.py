@@ -89,8 +89,8 @@ RULES: tuple[Rule, ...] = (
         klass=MODEL,
         signatures=(),
         title="init_process_group and a training loop, but no model wrapped in DDP/FSDP",
-        why="without DDP (or FSDP, or your own all_reduce) gradients are never averaged: each "
-        "rank trains its own copy and the copies drift apart",
+        why="without DDP (or FSDP, or your own all_reduce of the .grad) gradients are never "
+        "averaged: each rank trains its own copy and the copies drift apart",
         fix="model = DistributedDataParallel(model, device_ids=[local_rank]) before the loop",
         check=model_not_wrapped,
     ),

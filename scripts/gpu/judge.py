@@ -18,11 +18,13 @@ from typing import Any
 
 
 class Status(str, Enum):
-    """A check's verdict."""
+    """A check's verdict. SKIP: it cannot run here (no GPU); CUT: it did not run because
+    the time budget was spent, which is not green (the run exits 1)."""
 
     PASS = "PASS"
     FAIL = "FAIL"
     SKIP = "SKIP"
+    CUT = "CUT"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,6 +207,26 @@ def judge_mapping(ran: Ran, expected: Sequence[Gpu], note: str | None = None) ->
     return passed(f"cuda:0 -> GPU {physical} ({prefix}), the rank's own device agrees")
 
 
+def judge_hidden(ran: Ran, visible: str) -> Verdict:
+    """A CUDA_VISIBLE_DEVICES that names no GPU of this machine: exit 78, nothing started.
+
+    On a one-GPU machine selecting GPU 0 is also what an unset variable gives, so only a
+    selection that must change the outcome tells a launcher that reads the variable from
+    one that ignores it (the ignoring one starts the rank on GPU 0)."""
+    phrase = f"CUDA_VISIBLE_DEVICES={visible}: CUDA will see no GPU"
+    if ran.rc == 78 and phrase in ran.output and "[rank" not in ran.output:
+        return passed(f"{phrase}: exit 78, no rank started")
+    return failed(f"{_ended(ran)}, expected exit 78 and {phrase!r}: {_tail(ran.output)}")
+
+
+def all_of(verdicts: Sequence[Verdict]) -> Verdict:
+    """Several steps of one check: PASS when every one passed, else the first failure."""
+    failure = next((v for v in verdicts if v.status is not Status.PASS), None)
+    if failure is not None:
+        return failure
+    return passed("; ".join(v.detail for v in verdicts))
+
+
 def judge_refused(ran: Ran, nproc: int, visible: int) -> Verdict:
     """More ranks than visible GPUs: exit 78, the rank that would fail named, nothing started."""
     phrase = f"local rank {visible} would fail with 'CUDA error: invalid device ordinal'"
@@ -258,8 +280,10 @@ def judge_failure(
     klass: str,
     rank: int | None = None,
     verdict: str | None = None,
+    gloo_rerun: bool | None = None,
 ) -> Verdict:
-    """A failed job: the signature, class, root-cause rank and (optionally) isolation verdict."""
+    """A failed job: the signature, class, root-cause rank and (optionally) isolation verdict,
+    and whether the Gloo rerun ran (`gloo_rerun`: None, not judged)."""
     if report is None or report.get("status") != "failed":
         return failed(f"{_ended(ran)}; {_report_says(report)}: {_tail(ran.output)}")
     diagnosis = report.get("diagnosis") or {}
@@ -273,11 +297,16 @@ def judge_failure(
     ]
     if verdict is not None and gloo_verdict(report) != verdict:
         wrong.append(f"isolation verdict {gloo_verdict(report)!r}, expected {verdict!r}")
+    reran = bool((report.get("isolation") or {}).get("gloo_rerun"))
+    if gloo_rerun is not None and reran != gloo_rerun:
+        wrong.append("the Gloo rerun ran" if reran else "no Gloo rerun ran")
     if ran.rc == 0:
         wrong.append("safelaunch exited 0")
     if wrong:
         return failed("; ".join(wrong) + f" ({_report_says(report)})")
     isolation = f", Gloo rerun: {verdict}" if verdict else ""
+    if gloo_rerun is False:
+        isolation += ", no Gloo rerun"
     return passed(
         f"rank {diagnosis.get('root_cause_rank')}: {signature} ({klass}){isolation}, "
         f"exit {ran.rc}: {str(diagnosis.get('error'))[:120]}"
@@ -352,8 +381,9 @@ def format_line(result: Result) -> str:
 
 
 def exit_code(results: Sequence[Result]) -> int:
-    """0 unless a check failed (skips are not failures: a CPU machine exits 0)."""
-    return 1 if any(r.status is Status.FAIL for r in results) else 0
+    """1 when a check failed or was cut by the time budget; else 0 (a check that cannot
+    run here is SKIP, not a failure: a CPU machine exits 0)."""
+    return 1 if any(r.status in (Status.FAIL, Status.CUT) for r in results) else 0
 
 
 def summary(results: Sequence[Result], facts: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,6 @@ rank = dist.get_rank()
 for step in range(40):
     batch = torch.rand(8)
     if rank == 0 and step == 12:
-        break  # a local 'no more data' check
+        break  # FAULT: a local 'no more data' check
     dist.all_reduce(batch)
 print(f"rank {rank} finished training")
