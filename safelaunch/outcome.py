@@ -14,7 +14,7 @@ from typing import Final, Literal, get_args
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
 from safelaunch.plan import DUMP_SIGNAL
-from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.vocab import word_of
@@ -161,6 +161,13 @@ def judge(
     )
 
 
+def _peer_interrupt(event: NodeStop | None) -> int | None:
+    """The signal that interrupted the node whose announcement stopped this one."""
+    if event is None or event.kind is not StopKind.INTERRUPTED:
+        return None
+    return event.code
+
+
 def outcome_of(record: AttemptRecord) -> Outcome:
     """Judge every rank and pick the root cause."""
     sent = STOP_SIGNALS | ({record.interrupt_signal} if record.interrupt_signal else set())
@@ -178,6 +185,9 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         code = exitcodes.SUCCESS
     elif first is not None:
         status, code = FAILED, first.shell_code
+    elif cause is TeardownCause.PEER and (signum := _peer_interrupt(record.peer_event)):
+        # scancel reached that node first: this one was interrupted too, just by word of it
+        status, code = INTERRUPTED, exitcodes.for_signal(signum)
     elif cause is TeardownCause.PEER:  # the cause is on another node
         status, code = FAILED, 1
     else:
