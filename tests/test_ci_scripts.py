@@ -1,0 +1,94 @@
+""".ci/run and scripts/test.sh, run for real on a copy of the tree whose tools are stubs.
+
+Each stub records its command line and exits as the test says, so what the scripts run,
+in which order, and how they end is seen without a venv, a cluster or a test suite.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import CHECKOUT
+
+STUB = """#!/usr/bin/env bash
+echo "{name} $*" >> "{calls}"
+exit {code}
+"""
+TOOLS = {
+    "scripts/gpu_acceptance.sh": "gpu_acceptance.sh",
+    "scripts/ci/browser.sh": "browser.sh",
+    "scripts/test.sh": "test.sh",
+    "scripts/ci/slurm-cluster.sh": "slurm-cluster.sh",
+    ".venv/bin/python": "python",
+    ".venv/bin/ruff": "ruff",
+    ".venv/bin/lint-imports": "lint-imports",
+    ".venv/bin/mypy": "mypy",
+}
+
+
+def _tree(tmp_path: Path, script: str, codes: dict[str, int]) -> tuple[Path, Path]:
+    """A copy of `script` among stubs; `codes`: a stub's name -> its exit status."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    calls = tmp_path / "calls"
+    calls.touch()
+    copy = tmp_path / "tree" / script
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(CHECKOUT / script, copy)
+    for where, name in TOOLS.items():
+        path = tmp_path / "tree" / where
+        if path == copy:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(STUB.format(name=name, calls=calls, code=codes.get(name, 0)))
+        path.chmod(0o755)
+    return copy, calls
+
+
+def _ci(
+    tmp_path: Path, codes: dict[str, int], env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    script, calls = _tree(tmp_path, ".ci/run", codes)
+    environ = {"PATH": "/usr/bin:/bin", **(env or {})}
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=30, env=environ
+    )
+    return done, calls.read_text().splitlines()
+
+
+def test_ci_runs_every_step_after_a_failure_and_fails_at_the_end(tmp_path: Path) -> None:
+    done, calls = _ci(tmp_path, {"test.sh": 1, "mypy": 2, "slurm-cluster.sh": 3})
+    assert [c.split()[0] for c in calls] == [
+        "browser.sh",
+        "test.sh",
+        "slurm-cluster.sh",
+        "ruff",
+        "ruff",
+        "lint-imports",
+        "mypy",
+    ]
+    assert done.returncode == 1, done.stderr
+    summary = done.stderr[done.stderr.index("CI FAILED") :]
+    assert "2 step(s)" in summary and "tests" in summary and "mypy" in summary
+    assert "ruff" not in summary
+    assert "SLURM GROUP NOT RUN" in done.stderr  # exit 3: no cluster, not a failure
+
+
+def test_ci_runs_the_slurm_group_where_a_cluster_starts(tmp_path: Path) -> None:
+    done, calls = _ci(tmp_path, {})
+    assert done.returncode == 0, done.stderr
+    assert calls[1:4] == [
+        "test.sh -m not slurm",
+        "slurm-cluster.sh start",
+        "python -m pytest -m slurm tests/test_slurm.py",
+    ], calls
+    assert "slurm-cluster.sh stop" in calls and "every step passed" in done.stderr
+
+
+def test_ci_counts_a_broken_cluster_start_and_a_required_group(tmp_path: Path) -> None:
+    done, calls = _ci(tmp_path, {"slurm-cluster.sh": 5})
+    assert done.returncode == 1 and "slurm cluster start (exit 5)" in done.stderr
+    assert calls[-1].startswith("mypy")  # and the rest still ran
+    required, _ = _ci(tmp_path / "required", {"slurm-cluster.sh": 3}, {"SLURM_REQUIRED": "1"})
+    assert required.returncode == 1 and "SLURM_REQUIRED=1" in required.stderr
