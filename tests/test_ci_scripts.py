@@ -78,11 +78,7 @@ def test_ci_runs_every_step_after_a_failure_and_fails_at_the_end(tmp_path: Path)
 def test_ci_runs_the_slurm_group_where_a_cluster_starts(tmp_path: Path) -> None:
     done, calls = _ci(tmp_path, {})
     assert done.returncode == 0, done.stderr
-    assert calls[1:4] == [
-        "test.sh -m not slurm",
-        "slurm-cluster.sh start",
-        "python -m pytest -m slurm tests/test_slurm.py",
-    ], calls
+    assert calls[1:4] == ["test.sh ", "slurm-cluster.sh start", "test.sh --slurm"], calls
     assert "slurm-cluster.sh stop" in calls and "every step passed" in done.stderr
 
 
@@ -92,3 +88,33 @@ def test_ci_counts_a_broken_cluster_start_and_a_required_group(tmp_path: Path) -
     assert calls[-1].startswith("mypy")  # and the rest still ran
     required, _ = _ci(tmp_path / "required", {"slurm-cluster.sh": 3}, {"SLURM_REQUIRED": "1"})
     assert required.returncode == 1 and "SLURM_REQUIRED=1" in required.stderr
+
+
+def _test_sh(tmp_path: Path, *args: str) -> list[str]:
+    """What scripts/test.sh hands pytest; python3 is a stub that makes a stub venv."""
+    script, calls = _tree(tmp_path, "scripts/test.sh", {})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    venv = script.parents[1] / ".venv" / "bin"
+    python3 = f"""#!/usr/bin/env bash
+mkdir -p "{venv}"
+for tool in pip python; do
+    printf '#!/usr/bin/env bash\\necho "%s $*" >> "{calls}"\\n' "$tool" > "{venv}/$tool"
+    chmod +x "{venv}/$tool"
+done
+"""
+    (bin_dir / "python3").write_text(python3)
+    (bin_dir / "python3").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["bash", str(script), *args], check=True, timeout=30, env=env)
+    return [c for c in calls.read_text().splitlines() if c.startswith("python ")]
+
+
+def test_test_sh_runs_all_but_the_slurm_group_unless_asked(tmp_path: Path) -> None:
+    assert _test_sh(tmp_path / "plain") == ["python -m pytest -n 2 -m not slurm"]
+    assert _test_sh(tmp_path / "args", "tests/test_cli.py") == [
+        "python -m pytest -n 2 -m not slurm tests/test_cli.py"
+    ]
+    assert _test_sh(tmp_path / "slurm", "--slurm") == [
+        "python -m pytest -m slurm tests/test_slurm.py"
+    ]
