@@ -20,7 +20,7 @@ lint: setup  ## style, formatting, types, import contracts
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy && $(VENV)/bin/lint-imports
 
 bench: setup  ## safelaunch against torchrun, ratios printed
-	$(PY) bench/vs_torchrun.py && $(PY) bench/hang_detection.py && $(PY) bench/ddp_steps.py
+	$(PY) bench/vs_torchrun.py && $(PY) bench/per_rank.py && $(PY) bench/hang_detection.py
 
 doctor: setup  ## every preflight check on this machine, without launching
 	$(VENV)/bin/safelaunch doctor

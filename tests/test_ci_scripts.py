@@ -6,10 +6,13 @@ in which order, and how they end is seen without a venv, a cluster or a test sui
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from conftest import CHECKOUT
 
 STUB = """#!/usr/bin/env bash
@@ -118,3 +121,26 @@ def test_test_sh_runs_all_but_the_slurm_group_unless_asked(tmp_path: Path) -> No
     assert _test_sh(tmp_path / "slurm", "--slurm") == [
         "python -m pytest -m slurm tests/test_slurm.py"
     ]
+
+
+def test_make_bench_runs_only_entry_points(tmp_path: Path) -> None:
+    """Each bench script `make bench` runs takes no argument it needs (`--help` works)."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    dry = subprocess.run(
+        [make, "-n", "-C", str(CHECKOUT), "bench"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    scripts = re.findall(r"\bbench/\w+\.py\b", dry.stdout)
+    assert len(scripts) >= 3, dry.stdout
+    for script in scripts:
+        shown = subprocess.run(
+            [sys.executable, str(CHECKOUT / script), "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0 and "usage:" in shown.stdout, (script, shown.stderr[-500:])
