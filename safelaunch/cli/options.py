@@ -272,7 +272,9 @@ def launch_parser() -> Parser:
     """The launch's parser; the options' values are only those the command line gives."""
     parser = Parser(
         "safelaunch",
-        f"safelaunch [OPTIONS] {SCRIPT} [TRAINING_SCRIPT_ARGS]...",
+        # one line (a usage error prints it too); test_cli keeps it in step with cli.SUBCOMMANDS
+        f"safelaunch [OPTIONS] {SCRIPT} [TRAINING_SCRIPT_ARGS]...  |  "
+        "safelaunch {doctor,status,explain,lint} ... (each has --help)",
         "Launch TRAINING_SCRIPT on every rank, as torchrun does, and explain how it ended.",
         epilog="Check this machine: safelaunch doctor [--json]. "
         "See what a running job's ranks are doing: safelaunch status [--watch]. "
