@@ -236,8 +236,9 @@ LAUNCH_OPTIONS = (
         choices=["auto", "always", "never"],
         default=defaults.ISOLATE,
         help="After a failure or hang, rerun the job on Gloo to tell the communication layer "
-        "from the program (auto: only when the job used NCCL and the failure can come from "
-        "the communication layer; see docs/isolation.md).",
+        "from the program (auto: when the job used NCCL and the failure can come from the "
+        "communication layer, or on a Gloo hang where TORCH_DISTRIBUTED_DEBUG=DETAIL can name "
+        "the collective that differs; see docs/isolation.md).",
     ),
     _own(
         "isolate-timeout",
