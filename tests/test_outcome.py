@@ -23,6 +23,7 @@ from safelaunch.outcome import (
     outcome_of,
 )
 from safelaunch.plan import LaunchPlan, RunIdentity
+from safelaunch.ranktext import ranks_label
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.report import render_summary, report_record
@@ -123,6 +124,22 @@ def test_a_node_stopped_by_a_peer_takes_the_peers_reason(
     outcome = outcome_of(record)
     assert (outcome.status, outcome.exit_code) == (status, code)
     assert {r.state for r in outcome.ranks} == {STOPPED}
+
+
+@pytest.mark.parametrize(
+    ("ranks", "label"),
+    [
+        ([0], "rank 0"),
+        ([3, 3], "rank 3"),
+        ([1, 0], "ranks 0,1"),
+        ([5, 0, 1, 2], "ranks 0-2,5"),
+        ([], "no rank"),
+        (["x"], "rank x"),  # read back from a file: written as given
+        ([0, "x"], "ranks 0,x"),
+    ],
+)
+def test_a_rank_list_is_written_one_way(ranks: list[object], label: str) -> None:
+    assert ranks_label(ranks) == label
 
 
 def test_many_ranks_fold_into_ranges() -> None:

@@ -55,6 +55,7 @@ def test_one_lane_per_rank_across_attempts_and_reruns(tmp_path: Path) -> None:
     summaries = [d["data-attempt"] for d in _select(page, "div", "attempt-summary")]
     assert summaries == ["isolate_gloo", "attempt_1", "attempt_0"]  # the latest on top
     assert "culprit: load (train.py:9)" in page
+    assert "rank 1: /x/train.py:9 in load" in page  # one rank: "rank", not "ranks [1]"
     stalls = _select(page, "rect", "stall")
     assert len(stalls) == 6  # 3 s to 10 s without progress, in each of 6 segments
     trace = json.loads((tmp_path / "timeline.json").read_text())

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safelaunch.ranktext import ranks_label
+
 LIVE_DIR = "live"
 MAX_FILE = 16 << 20  # bytes: anything larger is not a record safelaunch wrote
 
@@ -160,7 +162,9 @@ def _headline(report: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
         headline = f"hung: no progress for {_num(hang.get('stuck_for_s')):.0f} s" + (
             f"; likely culprit rank {culprits}: {hang.get('reason')}" if culprits else ""
         )
-        details.extend(f"ranks {g.get('ranks')}: {g.get('location')}" for g in hang["groups"])
+        details.extend(
+            f"{ranks_label(_listed(g.get('ranks')))}: {g.get('location')}" for g in hang["groups"]
+        )
     elif status == "failed" and diagnosis.get("root_cause_rank") is not None:
         headline = f"failed: rank {diagnosis['root_cause_rank']} ({diagnosis.get('class')})"
         details.extend(str(diagnosis[k]) for k in ("error", "location") if diagnosis.get(k))
@@ -241,3 +245,8 @@ def read_timeline(run_dir: Path) -> Timeline:
     attempts.sort(key=lambda a: a.start)
     run_id = str(found[0][1].get("run_id", run_dir.name)) if found else run_dir.name
     return Timeline(run_id=run_id, started_at=t0, attempts=tuple(attempts))
+
+
+def _listed(value: object) -> list[object]:
+    """A report's rank list as a list (read back from a file: anything else is one item)."""
+    return list(value) if isinstance(value, list) else [value]
