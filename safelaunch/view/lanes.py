@@ -230,7 +230,7 @@ def _attempt(
 
 
 def read_timeline(run_dir: Path) -> Timeline:
-    """Every attempt and rerun under `run_dir` that has a report.json, in time order."""
+    """Every attempt, then every rerun, under `run_dir` that has a report.json, in time order."""
     found = []
     for attempt_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
         report = _load(attempt_dir / "report.json")
@@ -242,7 +242,8 @@ def read_timeline(run_dir: Path) -> Timeline:
     for attempt_dir, report, history in found:
         after = max((a.end for a in attempts), default=0.0)
         attempts.append(_attempt(attempt_dir, report, history, t0, after))
-    attempts.sort(key=lambda a: a.start)
+    # the job's attempts, then the isolation reruns (isolate_*) that followed: each in time order
+    attempts.sort(key=lambda a: (not a.name.startswith("attempt_"), a.start))
     run_id = str(found[0][1].get("run_id", run_dir.name)) if found else run_dir.name
     return Timeline(run_id=run_id, started_at=t0, attempts=tuple(attempts))
 
