@@ -27,6 +27,7 @@ from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.exitcodes import signal_name
 from safelaunch.flights import forensics as collectives
 from safelaunch.outcome import AttemptStatus
+from safelaunch.ranktext import ranks_label
 from safelaunch.vocab import word_of
 
 
@@ -83,13 +84,13 @@ def _hang_lines(report: dict[str, Any]) -> list[str]:
     groups = hang.get("groups", [])
     for group in groups:
         where = f" ({group['location']})" if group.get("location") else ""
-        ranks = ",".join(map(str, group.get("ranks", [])))
-        lines.append(f"  ranks {ranks}: in {group.get('activity')}{where}")
+        ranks = ranks_label(group.get("ranks", []))
+        lines.append(f"  {ranks}: in {group.get('activity')}{where}")
     diagnosis = report.get("diagnosis")
     diagnosis = diagnosis if isinstance(diagnosis, dict) else {}
     signature, summary = diagnosis.get("signature"), diagnosis.get("summary")
     if culprits:
-        lines.append(f"root cause: rank {','.join(map(str, culprits))} (hang)")
+        lines.append(f"root cause: {ranks_label(culprits)} (hang)")
         klass = str(diagnosis.get("class"))
         known = signature and summary
         lines.append(

@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none 
     from safelaunch.rendezvous.membership import Membership
 
 
+NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+
+
 def new_run(config: LaunchConfig) -> RunIdentity:
     """A fresh run id (sortable by start time), its directory and its process token."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
@@ -77,15 +80,32 @@ def banner(
         lines.append(f"logs: {rank_logs.log_pattern(Path(where), first, last)}")
     lines.extend(preflight.gpu_lines)
     if plan.env_choices:
-        run_dir = layout.attempt_pattern(plan.run.run_dir)
-        chosen = ", ".join(
-            f"{c.name}={c.value.replace(run_dir, '<attempt dir>')}" for c in plan.env_choices
-        )
+        chosen = chosen_env(plan, gloo_only=preflight.visible_gpus == 0)
         lines.append(
             f"set for the ranks ({config.debug_profile} profile; yours are never changed): {chosen}"
         )
     lines.extend(f"note: {notice}" for notice in config.notices)
     return "\n".join(lines)
+
+
+def chosen_env(plan: LaunchPlan, *, gloo_only: bool) -> str:
+    """The variables safelaunch set, for the banner; NCCL's only counted on a Gloo-only job.
+
+    With no GPU visible NCCL cannot run, so the job's collectives are Gloo's: naming NCCL's
+    variables would only lengthen the line. They are still set (they cost nothing, and the
+    environment stays the same whatever the machine).
+    """
+    run_dir = str(plan.run.run_dir / "attempt_{n}")
+    unused = [c for c in plan.env_choices if gloo_only and c.name.startswith(NCCL_PREFIXES)]
+    shown = [
+        f"{c.name}={c.value.replace(run_dir, '<attempt dir>')}"
+        for c in plan.env_choices
+        if c not in unused
+    ]
+    text = ", ".join(shown)
+    if unused:
+        text += f"{'; and ' if shown else ''}{len(unused)} NCCL variables, unused (no GPU: Gloo)"
+    return text
 
 
 def run(config: LaunchConfig, console: Console) -> int:

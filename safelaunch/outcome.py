@@ -13,7 +13,7 @@ from pathlib import Path
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
 from safelaunch.plan import DUMP_SIGNAL
-from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.vocab import StrEnum, word_of
@@ -167,6 +167,13 @@ def judge(
     )
 
 
+def _peer_interrupt(event: NodeStop | None) -> int | None:
+    """The signal that interrupted the node whose announcement stopped this one."""
+    if event is None or event.kind is not StopKind.INTERRUPTED:
+        return None
+    return event.code
+
+
 def outcome_of(record: AttemptRecord) -> Outcome:
     """Judge every rank and pick the root cause."""
     sent = STOP_SIGNALS | ({record.interrupt_signal} if record.interrupt_signal else set())
@@ -186,6 +193,9 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         code = exitcodes.SUCCESS
     elif first is not None:
         status, code = AttemptStatus.FAILED, first.shell_code
+    elif cause is TeardownCause.PEER and (signum := _peer_interrupt(record.peer_event)):
+        # scancel reached that node first: this one was interrupted too, just by word of it
+        status, code = AttemptStatus.INTERRUPTED, exitcodes.for_signal(signum)
     elif cause is TeardownCause.PEER:  # the cause is on another node
         status, code = AttemptStatus.FAILED, 1
     else:

@@ -83,6 +83,7 @@ class Rerun:
     nproc: int | None  # None: as many ranks as the job
     env: Mapping[str, str]  # variables added for this rerun
     timebox: Timebox
+    why: str = "to tell where the fault is"  # said as it starts, after the purpose
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from safelaunch.diagnose import Diagnosis, stragglers
 from safelaunch.exitcodes import signal_name
 from safelaunch.outcome import ENDED_DECIMALS, AttemptStatus, Outcome, RankEnding, RankResult
+from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.writing import shown_path, write_file
 from safelaunch.vocab import UNKNOWN
 
@@ -32,33 +33,16 @@ def _rank_state(result: RankResult) -> str:
     return result.how_it_ended()
 
 
-def _ranks_label(ranks: list[int]) -> str:
-    """`rank 3`, or `ranks 0,2-5`."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
-
-
 def _group_lines(ranks: list[RankResult]) -> list[str]:
     """One line per rank, ranks with the same ending folded into one line."""
     groups: dict[str, list[int]] = {}
     for result in ranks:
         groups.setdefault(_rank_state(result), []).append(result.rank)
-    return [f"  {_ranks_label(members)}: {state}" for state, members in groups.items()]
-
-
-def _ranges(numbers: list[int]) -> str:
-    spans: list[list[int]] = []
-    for n in sorted(numbers):
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ",".join(
-        str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in spans
-    )
+    return [f"  {ranks_label(members)}: {state}" for state, members in groups.items()]
 
 
 def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
-    label = _ranks_label(list(group.ranks))
+    label = ranks_label(list(group.ranks))
     one = len(group.ranks) == 1
     verb = ("waits in" if one else "wait in") if group.waiting else ("is in" if one else "are in")
     details = [group.location] if group.location else []

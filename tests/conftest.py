@@ -17,6 +17,8 @@ import pytest
 from leaks import MARK_VAR
 
 WORKERS = Path(__file__).parent / "workers"
+# The repository's root, wherever it was cloned (a directory named "safelaunch", often).
+CHECKOUT = Path(__file__).resolve().parents[1]
 # Every mark of this pytest run starts with it, so that the reaper can find them all.
 # A pytest run by a test (test_leaks.py) is handed its prefix.
 SESSION = os.environ.get("SAFELAUNCH_TEST_SESSION") or uuid.uuid4().hex[:12]
@@ -194,6 +196,20 @@ def line_of(path: str, text: str) -> int:
     """1-based number of the first line of `path` containing `text`."""
     lines = Path(path).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def without_paths(text: str, *also: Path) -> str:
+    """`text` with the checkout's path (and each of `also`) written as <checkout> (<path>).
+
+    A test that greps output for a path fragment ("safelaunch/" for a traceback through the
+    launcher's own code) must not find it in the name of the directory the repository was
+    cloned into: `git clone` names it safelaunch. The package's own files still show as
+    "<checkout>/safelaunch/...".
+    """
+    for path, name in [(CHECKOUT, "<checkout>"), *((p, "<path>") for p in also)]:
+        for form in {str(path.resolve()), str(path.absolute())}:
+            text = text.replace(form, name)
+    return text
 
 
 def worker(name: str) -> str:

@@ -137,6 +137,17 @@ def test_help_lists_torchrun_and_own_options_apart() -> None:
     assert "--color" in own_part and "--color" not in torchrun_part
 
 
+def test_the_usage_line_shows_every_subcommand() -> None:
+    from safelaunch.cli import SUBCOMMANDS
+
+    shown = subprocess.run(safelaunch_cmd("--help"), capture_output=True, text=True, timeout=30)
+    usage = shown.stdout.splitlines()[0]
+    assert usage.startswith("usage: safelaunch [OPTIONS] TRAINING_SCRIPT"), usage
+    assert all(name in usage for name in SUBCOMMANDS), usage
+    wrong = subprocess.run(safelaunch_cmd("--no-such"), capture_output=True, text=True, timeout=30)
+    assert wrong.returncode == 2 and wrong.stderr.splitlines()[0] == usage  # still one line
+
+
 def test_every_torchrun_flag_is_accepted(torchrun: str) -> None:
     """Compare with `torchrun --help` itself: no flag of its may be unknown to us."""
     theirs = subprocess.run([torchrun, "--help"], capture_output=True, text=True).stdout

@@ -83,3 +83,15 @@ def test_a_log_without_an_error_shows_its_last_lines(tmp_path: Path) -> None:
     log.write_text("epoch 1\nsaving checkpoint\n")
     text = _explain(str(log))
     assert "no failure found in these logs" in text
+
+
+def test_a_hang_verdict_names_one_rank_as_rank() -> None:
+    from safelaunch.explain import _hang_lines
+
+    group = {"ranks": [0], "activity": "barrier", "location": "t.py:3 in main"}
+    lines = _hang_lines({"hang": {"stuck_for_s": 6, "culprits": [0], "groups": [group]}})
+    assert "  rank 0: in barrier (t.py:3 in main)" in lines and "root cause: rank 0 (hang)" in lines
+    two = _hang_lines({"hang": {"culprits": [1, 2], "groups": [{**group, "ranks": [1, 2]}]}})
+    assert (
+        "  ranks 1,2: in barrier (t.py:3 in main)" in two and "root cause: ranks 1,2 (hang)" in two
+    )

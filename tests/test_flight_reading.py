@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import builders
@@ -124,6 +125,26 @@ AGREE = "the ranks' flight records agree (no collective where they diverge)"
 def test_agree_only_when_two_ranks_were_compared(recorded, compared, error, unnamed, said) -> None:
     found = collectives.lines(_forensics(recorded, compared, error, unnamed))
     assert found == [said]
+
+
+def test_a_file_without_a_record_is_said_empty_or_unreadable(tmp_path: Path) -> None:
+    ours = tmp_path / "flight"
+    ours.mkdir()
+    (ours / "rank0.json").write_text('{"rank": 0, "entries": []}')
+    (ours / "rank1.json").write_bytes(b"")
+    (ours / "rank2.json").write_text("{half")
+    (tmp_path / "flight-rank3").write_bytes(b"")
+    files = [*sorted(ours.iterdir()), tmp_path / "flight-rank3"]
+    assert collectives.unread(files, {0}) == ((1, "empty"), (2, "unreadable"), (3, "empty"))
+    alone = replace(_forensics((0,), (0,)), unread=((1, "empty"),))
+    assert collectives.lines(alone) == [
+        "only rank 0's flight record could be read (rank 1's is empty): nothing to compare it with"
+    ]
+    both = replace(_forensics((0, 1), (1,)), unread=((2, "unreadable"),))
+    assert collectives.lines(both) == [
+        "only rank 1's flight record holds collectives (rank 0: none; rank 2's could not be "
+        "read): nothing to compare it with"
+    ]
 
 
 def test_an_analyser_error_in_the_json_is_never_agreement() -> None:

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safelaunch import exitcodes
-from safelaunch.preflight.inventory import from_json, read_inventory
+from safelaunch.preflight import visible_gpus
+from safelaunch.preflight.inventory import NO_DRIVER, Inventory, from_json, read_inventory
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.visible import parse_visible
 
@@ -145,3 +146,36 @@ def test_a_hiding_typo_stops_the_launch_before_anything_starts(tmp_path: Path) -
     assert result.returncode == exitcodes.PREFLIGHT
     assert "CUDA_VISIBLE_DEVICES=7: CUDA will see no GPU" in result.stderr
     assert not list((tmp_path / "pids").iterdir()) and not (tmp_path / "logs").exists()
+
+
+def _banner_env(result) -> str:  # type: ignore[no-untyped-def]
+    return next(line for line in result.stderr.splitlines() if "set for the ranks" in line)
+
+
+def test_the_banner_leaves_ncccls_variables_out_where_no_gpu_is_visible(tmp_path: Path) -> None:
+    for where in ("gpus", "none"):
+        (tmp_path / where).mkdir()
+    with_gpus = _launch(tmp_path / "gpus", "four_gpus", "--nproc-per-node=2")
+    assert with_gpus.returncode == 0, with_gpus.stderr
+    assert "NCCL_DEBUG=INFO" in _banner_env(with_gpus)
+    hidden = _launch(
+        tmp_path / "none", "four_gpus", "--nproc-per-node=2", env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert hidden.returncode == 0, hidden.stderr
+    line = _banner_env(hidden)
+    assert "NCCL" not in line.split("; and ")[0] and "OMP_NUM_THREADS=1" in line
+    assert line.endswith("; and 4 NCCL variables, unused (no GPU: Gloo)"), line
+    dumped = json.loads((tmp_path / "none" / "pids" / "env0.json").read_text())
+    assert dumped["env"]["NCCL_DEBUG"] == "INFO"  # still set: the environment is the same
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "count"),
+    [("four_gpus", None, 4), ("four_gpus", "", 0), ("four_gpus", "2,0", 2), ("four_gpus", "7", 0)],
+)
+def test_visible_gpus_counts_what_the_ranks_will_see(name: str, value, count: int) -> None:  # type: ignore[no-untyped-def]
+    assert visible_gpus(inventory(name), value) == count
+    assert visible_gpus(Inventory(problem=NO_DRIVER), value) == 0
+    assert visible_gpus(Inventory(problem="NVML unavailable: x"), value) == (
+        0 if value == "" else None
+    )

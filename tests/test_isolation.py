@@ -103,6 +103,10 @@ def test_a_hang_is_rerun_and_the_skipped_collective_named(tmp_path: Path) -> Non
         run.stderr
     )
     assert "ranks 0,2 called all_reduce(float32[4]); rank 1 called barrier()" in run.stderr
+    assert (
+        "isolation: rerunning the job on Gloo with TORCH_DISTRIBUTED_DEBUG=DETAIL to name the "
+        "collective that differs (the job used Gloo already); "
+    ) in run.stderr
     [rerun] = _isolation(run)["reruns"]
     assert rerun["status"] == "failed" and rerun["verdict"] == "program"
     assert _isolation(run)["reason"].startswith("a hang on Gloo: rerun with TORCH_DISTRIBUTED_")

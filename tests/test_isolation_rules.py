@@ -10,12 +10,13 @@ import pytest
 
 from safelaunch.hangs.detection import passed_point
 from safelaunch.isolation.evidence import (
+    CommUse,
     collective_lag,
     collective_mismatch,
     read_comm,
     read_ledgers,
 )
-from safelaunch.isolation.reruns import transport_reruns
+from safelaunch.isolation.reruns import gloo_rerun, transport_reruns
 from safelaunch.plan import Timebox
 from safelaunch.rank.dist_hooks import describe, gloo_backend
 from safelaunch.rundir.heartbeat_file import Beat
@@ -109,6 +110,35 @@ def test_comm_records_tell_nccl_use(tmp_path: Path) -> None:
     comm = read_comm(tmp_path)
     assert comm.nccl and not comm.swapped
     assert not read_comm(tmp_path / "absent").nccl
+
+
+@pytest.mark.parametrize(
+    ("used", "ddp", "environ", "why"),
+    [
+        ("nccl", False, {}, "to tell where the fault is"),
+        (
+            "gloo",
+            False,
+            {},
+            "with TORCH_DISTRIBUTED_DEBUG=DETAIL to name the collective that differs "
+            "(the job used Gloo already)",
+        ),
+        ("gloo", True, {}, "again, as asked (the job used Gloo already)"),
+        (
+            "gloo",
+            False,
+            {"TORCH_DISTRIBUTED_DEBUG": "OFF"},
+            "again with your TORCH_DISTRIBUTED_DEBUG (the job used Gloo already)",
+        ),
+    ],
+)
+def test_a_gloo_rerun_of_a_gloo_job_says_what_it_is_for(
+    used: str, ddp: bool, environ: dict[str, str], why: str
+) -> None:
+    job = CommUse(requested=(used,), used=(used,), swapped=False, initialised=True, ddp=ddp)
+    box = Timebox(past_step=None, past_seq=None, after_s=1, cap_s=2)
+    rerun, _ = gloo_rerun(box, job, environ)
+    assert rerun.purpose == "on Gloo" and rerun.why == why
 
 
 def test_transport_bisection_leaves_the_users_variables_alone() -> None:

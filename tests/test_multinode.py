@@ -274,6 +274,21 @@ def test_scancel_sigterm_on_every_node_ends_the_job_as_slurm_expects(tmp_path: P
         assert_no_orphans(mark, within=3.0)
 
 
+def test_a_node_stopped_by_a_peers_interrupt_is_interrupted_too(tmp_path: Path) -> None:
+    """scancel reaching node 1 first: node 0 stops on node 1's announcement alone."""
+    port = _port()
+    started = [_start(tmp_path, n, _c10d(port)(n), {"FOREVER": "1"}) for n in (0, 1)]
+    procs = [proc for proc, _ in started]
+    _wait_ready(tmp_path, 4, procs)
+    procs[1].send_signal(signal.SIGTERM)
+    for node, (proc, mark) in enumerate(started):
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        report = _report(tmp_path, node)
+        assert (report["status"], report["exit_code"]) == ("interrupted", 143), err
+        assert_no_orphans(mark, within=3.0)
+
+
 def test_elastic_node_count_takes_whoever_joins_up_to_max(tmp_path: Path) -> None:
     port = _port()
 

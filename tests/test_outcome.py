@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import builders
@@ -13,6 +14,9 @@ from safelaunch.diagnose.errortext import parse_traceback
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import AttemptStatus, RankEnding, attempt_status, outcome_of
 from safelaunch.plan import LaunchPlan, RunIdentity
+from safelaunch.ranktext import ranks_label
+from safelaunch.rendezvous import stops
+from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.report import render_summary, report_record
 from safelaunch.supervisor import AttemptRecord, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
@@ -88,6 +92,42 @@ def test_interrupt_exit_code_is_128_plus_signal() -> None:
     )
     assert (outcome.status, outcome.exit_code) == ("interrupted", 130)
     assert render_summary(outcome, diagnose(outcome)).startswith("interrupted by SIGINT")
+
+
+@pytest.mark.parametrize(
+    ("announced", "status", "code"),
+    [
+        (stops.interrupted(1, 0, 15), "interrupted", 143),
+        (stops.interrupted(1, 0, 2), "interrupted", 130),
+        (stops.rank_failed(1, 0, 3, 1), "failed", 1),
+    ],
+)
+def test_a_node_stopped_by_a_peer_takes_the_peers_reason(
+    announced: NodeStop, status: str, code: int
+) -> None:
+    record = replace(
+        _record([_exit(0, -15, 1.0), _exit(1, -15, 1.0)], teardown=0.9, cause=TeardownCause.PEER),
+        peer_event=announced,
+    )
+    outcome = outcome_of(record)
+    assert (outcome.status, outcome.exit_code) == (status, code)
+    assert {r.state for r in outcome.ranks} == {RankEnding.STOPPED}
+
+
+@pytest.mark.parametrize(
+    ("ranks", "label"),
+    [
+        ([0], "rank 0"),
+        ([3, 3], "rank 3"),
+        ([1, 0], "ranks 0,1"),
+        ([5, 0, 1, 2], "ranks 0-2,5"),
+        ([], "no rank"),
+        (["x"], "rank x"),  # read back from a file: written as given
+        ([0, "x"], "ranks 0,x"),
+    ],
+)
+def test_a_rank_list_is_written_one_way(ranks: list[object], label: str) -> None:
+    assert ranks_label(ranks) == label
 
 
 def test_many_ranks_fold_into_ranges() -> None:

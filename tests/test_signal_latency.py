@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import assert_no_orphans, start, worker
+from conftest import assert_no_orphans, start, without_paths, worker
 
 from safelaunch.flights.forensics import run_flightcheck
 from safelaunch.supervisor import signals
@@ -22,7 +22,7 @@ BOUND_S = 3.0
 
 def _in_startup(err: str) -> bool:
     """A traceback from the interpreter's start-up (site, runpy), not from safelaunch."""
-    return "safelaunch/" not in err.replace("site-packages/__editable__", "")
+    return "safelaunch/" not in without_paths(err).replace("site-packages/__editable__", "")
 
 
 def _latency(proc, sent: float, timeout: float = 30) -> float:

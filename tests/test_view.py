@@ -53,8 +53,14 @@ def test_one_lane_per_rank_across_attempts_and_reruns(tmp_path: Path) -> None:
     assert culprits == [("0", "attempt_0"), ("1", "attempt_1")]
     assert [h["data-attempt"] for h in _select(page, "line", "hang-point")] == ["attempt_1"]
     summaries = [d["data-attempt"] for d in _select(page, "div", "attempt-summary")]
-    assert summaries == ["isolate_gloo", "attempt_1", "attempt_0"]  # the latest on top
+    assert summaries == ["attempt_0", "attempt_1", "isolate_gloo"]  # attempts, then reruns
+    # a log link says which file it opens; how the rank ended stands beside it
+    assert (
+        '<a class="log" href="attempt_1/rank0.log">rank0.log</a> '
+        '<span class="ending">SIGTERM</span>'
+    ) in page
     assert "culprit: load (train.py:9)" in page
+    assert "rank 1: /x/train.py:9 in load" in page  # one rank: "rank", not "ranks [1]"
     stalls = _select(page, "rect", "stall")
     assert len(stalls) == 6  # 3 s to 10 s without progress, in each of 6 segments
     trace = json.loads((tmp_path / "timeline.json").read_text())
@@ -75,6 +81,17 @@ def _assert_nested(events: list[dict]) -> None:
                 open_.pop()
             assert not open_ or end <= open_[-1], (start, end, open_)
             open_.append(end)
+
+
+def test_a_rerun_listed_after_every_attempt_whatever_its_clock(tmp_path: Path) -> None:
+    """An isolation rerun whose history starts early (or has none) still follows the job."""
+    _attempt(tmp_path, "attempt_0", T0 + 30, "failed")
+    _attempt(tmp_path, "attempt_1", T0 + 40, "failed")
+    _attempt(tmp_path, "isolate_gloo", T0, "passed", exit_code=0)
+    assert write_views(tmp_path, write_file)
+    page = (tmp_path / "report.html").read_text()
+    summaries = [d["data-attempt"] for d in _select(page, "div", "attempt-summary")]
+    assert summaries == ["attempt_0", "attempt_1", "isolate_gloo"]
 
 
 def test_nothing_ran_no_page(tmp_path: Path) -> None:

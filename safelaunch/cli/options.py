@@ -236,8 +236,9 @@ LAUNCH_OPTIONS = (
         choices=["auto", "always", "never"],
         default=defaults.ISOLATE,
         help="After a failure or hang, rerun the job on Gloo to tell the communication layer "
-        "from the program (auto: only when the job used NCCL and the failure can come from "
-        "the communication layer; see docs/isolation.md).",
+        "from the program (auto: when the job used NCCL and the failure can come from the "
+        "communication layer, or on a Gloo hang where TORCH_DISTRIBUTED_DEBUG=DETAIL can name "
+        "the collective that differs; see docs/isolation.md).",
     ),
     _own(
         "isolate-timeout",
@@ -272,7 +273,9 @@ def launch_parser() -> Parser:
     """The launch's parser; the options' values are only those the command line gives."""
     parser = Parser(
         "safelaunch",
-        f"safelaunch [OPTIONS] {SCRIPT} [TRAINING_SCRIPT_ARGS]...",
+        # one line (a usage error prints it too); test_cli keeps it in step with cli.SUBCOMMANDS
+        f"safelaunch [OPTIONS] {SCRIPT} [TRAINING_SCRIPT_ARGS]...  |  "
+        "safelaunch {doctor,status,explain,lint} ... (each has --help)",
         "Launch TRAINING_SCRIPT on every rank, as torchrun does, and explain how it ended.",
         epilog="Check this machine: safelaunch doctor [--json]. "
         "See what a running job's ranks are doing: safelaunch status [--watch]. "

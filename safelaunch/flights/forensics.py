@@ -24,6 +24,7 @@ from safelaunch.diagnose import jsonshape as js
 from safelaunch.diagnose.reading import inside, walk
 from safelaunch.hangs.analysis import HangAnalysis
 from safelaunch.outcome import Outcome
+from safelaunch.ranktext import ranks_label
 from safelaunch.rundir import flight_file, layout
 from safelaunch.supervisor.signals import stop_requested
 from safelaunch.vocab import StrEnum, Word, word_of
@@ -85,6 +86,7 @@ class Forensics:
     compared: tuple[int, ...] | None = None  # ranks with collectives to compare (None: all)
     unnamed: int = 0  # collectives of groups without known members: not compared
     error: str | None = None  # why torch's analyser refused the records
+    unread: tuple[tuple[int, str], ...] = ()  # rank -> "empty" / "unreadable": a file, no record
 
 
 _RANKS = js.Arr(js.INT)
@@ -234,9 +236,9 @@ def explain_lines(where: Path) -> list[str]:
     forensics = examine(files, {}, files[0].parent) if files else None
     if forensics is None:
         return []
-    recorded = ",".join(map(str, forensics.recorded))
     return [
-        f"flight records: {len(files)} file(s) in {forensics.directory} (ranks {recorded})",
+        f"flight records: {len(files)} file(s) in {forensics.directory} "
+        f"({ranks_label(forensics.recorded)})",
         *(f"  collectives: {line}" for line in lines(forensics)),
     ]
 
@@ -248,7 +250,30 @@ def examine(files: list[Path], where: Mapping[int, str], directory: Path) -> For
     result = run_flightcheck(files)
     if result is None or not result.get("ranks"):
         return None
-    return replace(parse(result, directory), where=tuple(sorted(where.items())))
+    found = parse(result, directory)
+    return replace(
+        found, where=tuple(sorted(where.items())), unread=unread(files, set(found.recorded))
+    )
+
+
+_OUR_RECORD = re.compile(r"^rank(\d+)\.json$")  # flight/rank<N>.json
+
+
+def unread(files: list[Path], recorded: set[int]) -> tuple[tuple[int, str], ...]:
+    """Ranks whose record file is there but gave no record: empty, or unreadable."""
+    found: dict[int, str] = {}
+    for path in files:
+        named = _OUR_RECORD.match(path.name) or (
+            None if path.suffix else re.search(r"(\d+)$", path.name)
+        )
+        if named is None or int(named[1]) in recorded:
+            continue
+        try:
+            empty = path.stat().st_size == 0
+        except OSError:
+            continue
+        found.setdefault(int(named[1]), "empty" if empty else "unreadable")
+    return tuple(sorted(found.items()))
 
 
 def whereabouts(outcome: Outcome, hang: HangAnalysis | None) -> dict[int, str]:
@@ -270,10 +295,6 @@ def for_attempt(outcome: Outcome, hang: HangAnalysis | None) -> Forensics | None
     return examine(files, whereabouts(outcome, hang), directory)
 
 
-def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
-
-
 def _group(d: Divergence) -> str:
     name = "default group" if d.desc == "default_pg" else f"pg {d.group}"
     return f"group [{','.join(map(str, d.ranks))}] ({name})"
@@ -284,13 +305,13 @@ def divergence_line(d: Divergence, where: Mapping[int, str]) -> str:
     head = f"{_group(d)}, collective #{d.seq} {d.call}"
     told = _named(d)
     if d.kind == DivergenceKind.MISSING:
-        what = f"{_ranks(d.missing)} never called it"
+        what = f"{ranks_label(d.missing)} never called it"
     elif d.kind == DivergenceKind.MISMATCH:
         what = "; ".join(f"rank {r} called {c} instead" for r, c in d.differ) or "calls differ"
         if not d.differ and d.detail:
             what = d.detail
     else:
-        what = f"still in flight; {_ranks(d.no_record)} left no flight record"
+        what = f"still in flight; {ranks_label(d.no_record)} left no flight record"
     places = [f"rank {r} {where[r]}" for r in told if r in where]
     return f"{head}: {what}" + (f"; {'; '.join(places)}" if places else "")
 
@@ -343,19 +364,30 @@ def nothing_found(forensics: Forensics) -> str:
     if not compared:
         return f"no flight record holds a collective to compare{unnamed}"
     if len(compared) == 1:
-        others = sorted(set(forensics.recorded) - set(compared))
-        alone = (
-            f"only rank {compared[0]}'s flight record holds collectives ({_ranks(others)}: none)"
-            if others
-            else f"only rank {compared[0]} left a flight record"
-        )
-        return f"{alone}: nothing to compare it with{unnamed}"
+        return f"{_alone(forensics, compared[0])}: nothing to compare it with{unnamed}"
     if forensics.error:
         return (
             f"could not be compared by torch's analyser ({forensics.error}); a plain "
-            f"comparison of {_ranks(compared)} found no collective where they diverge{unnamed}"
+            f"comparison of {ranks_label(compared)} found no collective where they diverge{unnamed}"
         )
     return f"the ranks' flight records agree (no collective where they diverge){unnamed}"
+
+
+def _alone(forensics: Forensics, rank: int) -> str:
+    """One rank's record holds collectives: what the others' files were."""
+    others = sorted(set(forensics.recorded) - {rank})
+    notes = [f"{ranks_label(others)}: none"] if others else []
+    notes += [
+        f"rank {r}'s is empty" if how == "empty" else f"rank {r}'s could not be read"
+        for r, how in forensics.unread
+    ]
+    if others:
+        head = f"only rank {rank}'s flight record holds collectives"
+    elif forensics.unread:
+        head = f"only rank {rank}'s flight record could be read"
+    else:
+        head = f"only rank {rank} left a flight record"
+    return head + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def record(forensics: Forensics | None) -> dict[str, Any] | None:

@@ -76,7 +76,7 @@ def _rerun(session: Session, plan: LaunchPlan, job: Seen, planned: Planned) -> V
     )
     logs_ok = open_attempt_logs(rerun_plan, console)
     console.say(
-        f"isolation: rerunning the job {rerun.purpose} to tell where the fault is; "
+        f"isolation: rerunning the job {rerun.purpose} {rerun.why}; "
         f"{until(rerun.timebox)}; logs: {shown_path(rerun_plan.attempt_dir)}"
     )
     try:

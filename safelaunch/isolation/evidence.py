@@ -8,7 +8,7 @@ Reading is here; comparing ledgers is pure (collective_mismatch, collective_lag)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from safelaunch.diagnose import Diagnosis, read_tail
 from safelaunch.isolation.policy import Backend, backend_of
 from safelaunch.outcome import Outcome
 from safelaunch.plan import LaunchPlan
+from safelaunch.ranktext import ranks_label
 from safelaunch.rundir import comm_file, heartbeat_file, ledger_file
 from safelaunch.rundir.heartbeat_file import Beat
 
@@ -92,10 +93,6 @@ def read_ledgers(attempt_dir: Path) -> dict[int, Ledger]:
     return dict(ledger_file.read_all(attempt_dir))
 
 
-def _ranks_label(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {','.join(map(str, ranks))}"
-
-
 def collective_lag(ledgers: Mapping[int, Ledger]) -> str | None:
     """In a hang: ranks that called fewer collectives than the others (behind, or skipped one)."""
     counts: dict[int, list[int]] = {}
@@ -103,7 +100,7 @@ def collective_lag(ledgers: Mapping[int, Ledger]) -> str | None:
         counts.setdefault(len(entries), []).append(rank)
     if len(counts) < 2:
         return None
-    parts = [f"{_ranks_label(ranks)} called {n}" for n, ranks in sorted(counts.items())]
+    parts = [f"{ranks_label(ranks)} called {n}" for n, ranks in sorted(counts.items())]
     return "collectives called from Python: " + "; ".join(parts)
 
 
@@ -121,7 +118,7 @@ def collective_mismatch(ledgers: Mapping[int, Ledger]) -> str | None:
             calls.setdefault(key, []).append(rank)
         if len(calls) > 1:
             parts = [
-                f"{_ranks_label(ranks)} called {op}({ledgers[ranks[0]][number][1]})"
+                f"{ranks_label(ranks)} called {op}({ledgers[ranks[0]][number][1]})"
                 for (op, _), ranks in calls.items()
             ]
             return f"collective #{number} differs: " + "; ".join(parts)

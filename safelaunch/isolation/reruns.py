@@ -6,10 +6,10 @@ Pure: the driver (driver.py) reads the job's files, asks here what to rerun, and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from safelaunch.isolation.evidence import CommUse
-from safelaunch.isolation.policy import Decision
+from safelaunch.isolation.policy import Backend, Decision
 from safelaunch.plan import Rerun, Timebox
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.vocab import StrEnum
@@ -101,21 +101,26 @@ def gloo_rerun(timebox: Timebox, job: CommUse, environ: Mapping[str, str]) -> tu
     env = {}
     if "TORCH_DISTRIBUTED_DEBUG" in environ:
         checks = "collective checks: your TORCH_DISTRIBUTED_DEBUG, and safelaunch's record"
+        again = "again with your TORCH_DISTRIBUTED_DEBUG"
     elif detail_safe(job, environ):
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         checks = (
             "collective checks: TORCH_DISTRIBUTED_DEBUG=DETAIL in the Gloo rerun (the job "
             "built no DDP model), and safelaunch's record of each rank's collectives"
         )
+        again = "with TORCH_DISTRIBUTED_DEBUG=DETAIL to name the collective that differs"
     else:
-        why = "the job built a DDP model" if job.ddp else "the job never got that far"
+        off = "the job built a DDP model" if job.ddp else "the job never got that far"
         checks = (
             f"collective checks: safelaunch's record of each rank's collectives (no "
-            f"TORCH_DISTRIBUTED_DEBUG=DETAIL: {why}, and DETAIL crashes DDP in torch 2.13)"
+            f"TORCH_DISTRIBUTED_DEBUG=DETAIL: {off}, and DETAIL crashes DDP in torch 2.13)"
         )
+        again = "again, as asked"
     rerun = Rerun(
         name="isolate_gloo", purpose="on Gloo", gloo=True, nproc=None, env=env, timebox=timebox
     )
+    if job.backend is Backend.GLOO:  # the backend is no question: say what the rerun is for
+        rerun = replace(rerun, why=f"{again} (the job used Gloo already)")
     return rerun, checks
 
 

@@ -14,7 +14,7 @@ from safelaunch.config import LaunchConfig, NprocWord
 from safelaunch.errors import PreflightError
 from safelaunch.lint import LintFinding
 from safelaunch.preflight.entry_script import compile_entry
-from safelaunch.preflight.inventory import Inventory, read_inventory
+from safelaunch.preflight.inventory import NO_DRIVER, Inventory, read_inventory
 from safelaunch.preflight.logroot import check_log_root
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port
@@ -41,6 +41,7 @@ class PreflightReport:
     master_addr: str
     master_port: PortReservation
     gpu_lines: tuple[str, ...] = ()  # local rank -> cuda:N -> physical GPU, for the banner
+    visible_gpus: int | None = None  # GPUs the ranks will see (0: NCCL cannot run); None: unknown
     warnings: tuple[str, ...] = ()
     lint: tuple[LintFinding, ...] = ()  # DDP mistakes seen in the script (safelaunch lint)
     # multi-node: what every node must have alike (compared across nodes at the rendezvous)
@@ -209,4 +210,14 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
         warnings=tuple(f"{w.message}; {w.fix}" if w.fix else w.message for w in warnings),
         lint=lint,
         node_facts=node_facts(inventory, config.environ) if multi_node else {},
+        visible_gpus=visible_gpus(inventory, config.environ.get("CUDA_VISIBLE_DEVICES")),
     )
+
+
+def visible_gpus(inventory: Inventory, value: str | None) -> int | None:
+    """How many GPUs the ranks will see; None where a driver is there but NVML listed none."""
+    if value is not None and not value.strip():
+        return 0  # hidden on purpose
+    if inventory.problem is not None and inventory.problem != NO_DRIVER:
+        return None
+    return len(parse_visible(value, inventory.gpus).devices)

@@ -19,6 +19,7 @@ from safelaunch.userfiles import load_json
 
 RECORDED_VAR = "SAFELAUNCH_GPU_INVENTORY"
 DRIVER_MARKER = Path("/proc/driver/nvidia/version")
+NO_DRIVER = "no NVIDIA driver on this machine (no /proc/driver/nvidia)"  # so: no GPU
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,7 +138,7 @@ def _process(pynvml: Any, entry: Any) -> GpuProcess:
 
 def _nvml() -> Inventory:
     if not DRIVER_MARKER.exists():
-        return Inventory(problem="no NVIDIA driver on this machine (no /proc/driver/nvidia)")
+        return Inventory(problem=NO_DRIVER)
     try:
         import pynvml
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safelaunch.diagnose.frames import user_frame
+from safelaunch.ranktext import ranks_label
 from safelaunch.supervisor.live import NodeSnapshotState, RankSnapshotState
 from safelaunch.vocab import StrEnum
 
@@ -183,10 +184,6 @@ def _job_state(node: Mapping[str, Any], now: float) -> JobState:
     return JobState.RUNNING
 
 
-def _label(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))
-
-
 def suspicions(rows: Sequence[RankRow], hang_timeout: float) -> list[str]:
     """Stragglers and hang hints, in words; none for a healthy job, however quiet."""
     live = [r for r in rows if r.idle_s is not None]
@@ -194,7 +191,7 @@ def suspicions(rows: Sequence[RankRow], hang_timeout: float) -> list[str]:
     frozen = [r.rank for r in live if r.state == LiveRankState.FROZEN]
     if frozen:
         said.append(
-            f"{_label(frozen)}: heartbeat stopped (stopped with SIGSTOP, or native code "
+            f"{ranks_label(frozen)}: heartbeat stopped (stopped with SIGSTOP, or native code "
             "holding the GIL)"
         )
     counted = [r for r in live if r.collectives is not None]
@@ -209,7 +206,7 @@ def suspicions(rows: Sequence[RankRow], hang_timeout: float) -> list[str]:
         )
         if high > low and ahead_waiting:
             said.append(
-                f"straggler: {_label(behind)} at collective #{low}, the others at #{high} "
+                f"straggler: {ranks_label(behind)} at collective #{low}, the others at #{high} "
                 "wait for it"
             )
     stepped = [r for r in live if r.step is not None]
@@ -217,7 +214,7 @@ def suspicions(rows: Sequence[RankRow], hang_timeout: float) -> list[str]:
         top = max(r.step or 0 for r in stepped)
         slow = [r.rank for r in stepped if (r.step or 0) <= top - STEPS_BEHIND]
         if slow:
-            said.append(f"straggler: {_label(slow)} {STEPS_BEHIND}+ steps behind step {top}")
+            said.append(f"straggler: {ranks_label(slow)} {STEPS_BEHIND}+ steps behind step {top}")
     if live and hang_timeout > 0:
         quiet = min(r.idle_s or 0.0 for r in live)
         if quiet >= HANG_HINT * hang_timeout:

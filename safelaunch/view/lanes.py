@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safelaunch.ranktext import ranks_label
 from safelaunch.rundir import live_file, report_file
 
 
@@ -139,7 +140,9 @@ def _headline(report: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
         headline = f"hung: no progress for {_num(hang.get('stuck_for_s')):.0f} s" + (
             f"; likely culprit rank {culprits}: {hang.get('reason')}" if culprits else ""
         )
-        details.extend(f"ranks {g.get('ranks')}: {g.get('location')}" for g in hang["groups"])
+        details.extend(
+            f"{ranks_label(_listed(g.get('ranks')))}: {g.get('location')}" for g in hang["groups"]
+        )
     elif status == "failed" and diagnosis.get("root_cause_rank") is not None:
         headline = f"failed: rank {diagnosis['root_cause_rank']} ({diagnosis.get('class')})"
         details.extend(str(diagnosis[k]) for k in ("error", "location") if diagnosis.get(k))
@@ -205,7 +208,7 @@ def _attempt(
 
 
 def read_timeline(run_dir: Path) -> Timeline:
-    """Every attempt and rerun under `run_dir` that has a report.json, in time order."""
+    """Every attempt, then every rerun, under `run_dir` that has a report.json, in time order."""
     found = []
     for attempt_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
         report = report_file.read_report(attempt_dir)
@@ -217,6 +220,12 @@ def read_timeline(run_dir: Path) -> Timeline:
     for attempt_dir, report, history in found:
         after = max((a.end for a in attempts), default=0.0)
         attempts.append(_attempt(attempt_dir, report, history, t0, after))
-    attempts.sort(key=lambda a: a.start)
+    # the job's attempts, then the isolation reruns (isolate_*) that followed: each in time order
+    attempts.sort(key=lambda a: (not a.name.startswith("attempt_"), a.start))
     run_id = str(found[0][1].get("run_id", run_dir.name)) if found else run_dir.name
     return Timeline(run_id=run_id, started_at=t0, attempts=tuple(attempts))
+
+
+def _listed(value: object) -> list[object]:
+    """A report's rank list as a list (read back from a file: anything else is one item)."""
+    return list(value) if isinstance(value, list) else [value]

@@ -7,6 +7,8 @@ exit or signal, the culprit marked; then every rank's log, linked.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from safelaunch.rundir.report_file import REPORT, TIMELINE
 from safelaunch.view.lanes import Attempt, Segment, Timeline
 
@@ -44,6 +46,7 @@ svg{font:12px system-ui,sans-serif}
 .band{fill:none;stroke:#bbb;stroke-dasharray:2 2}.band-label{fill:#555}
 .axis{fill:#777;font-size:11px}
 table{border-collapse:collapse;margin-top:8px}td,th{border:1px solid #ddd;padding:2px 8px}
+.ending{color:#555;font-size:12px}
 .legend span{display:inline-block;margin-right:14px}
 .legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
 """
@@ -198,8 +201,11 @@ def _logs(timeline: Timeline) -> str:
         cells = []
         for attempt in timeline.attempts:
             found = [s for s in attempt.segments if s.rank == rank]
+            # the log's own name on the link; how the rank ended beside it
             link = (
-                f'<a class="log" href="{escape(found[0].log)}">{escape(found[0].ending)}</a>'
+                f'<a class="log" href="{escape(found[0].log)}">'
+                f"{escape(PurePosixPath(found[0].log).name)}</a> "
+                f'<span class="ending">{escape(found[0].ending)}</span>'
                 if found
                 else ""
             )
@@ -224,7 +230,7 @@ _LEGEND = "".join(
 
 def render(timeline: Timeline) -> str:
     """The page, as one string."""
-    summaries = "".join(_summary(a) for a in reversed(timeline.attempts))
+    summaries = "".join(_summary(a) for a in timeline.attempts)
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>safelaunch {escape(timeline.run_id)}</title><style>{_CSS}</style></head><body>"
