@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -184,6 +185,35 @@ def test_statuses_and_classes_are_closed_vocabularies_written_as_before() -> Non
     written = json.loads(json.dumps(report_record(outcome, diagnose(outcome), "r", 0)))
     assert written["status"] == "interrupted" and written["attempts"][0]["status"] == "interrupted"
     assert [r["state"] for r in written["ranks"]] == ["stopped", "succeeded"]
+
+
+def _enum_bases(tree: ast.Module) -> list[tuple[str, str]]:
+    """(class, base) for each class of the module deriving from an enum type by name."""
+    enums = {"Enum", "IntEnum", "Flag", "IntFlag", "StrEnum"}
+    return [
+        (node.name, ast.unparse(base))
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+        if (base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")) in enums
+    ]
+
+
+def test_every_closed_vocabulary_is_a_vocab_strenum() -> None:
+    """One idiom: no module-level Literal, and every Enum derives from vocab.StrEnum."""
+    package = Path(__file__).parents[1] / "safelaunch"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        where = path.relative_to(package).as_posix()
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Subscript) and ast.unparse(value.value) == "Literal":
+                found.append(f"{where}: a Literal vocabulary")
+        for name, base in _enum_bases(tree):
+            if base != "StrEnum" and (where, name) != ("vocab.py", "StrEnum"):
+                found.append(f"{where}: {name}({base})")
+    assert found == []
 
 
 def test_ranks_ending_within_a_millisecond_tie_as_in_report_json() -> None:

@@ -37,7 +37,9 @@ from safelaunch.diagnose.jsonshape import (
 from safelaunch.diagnose.leaving import Leave, leave_from_record
 from safelaunch.diagnose.reading import inside, read_combined, read_stream, read_tail, walk
 from safelaunch.errors import SafelaunchError
+from safelaunch.outcome import RankEnding
 from safelaunch.rundir import layout, rank_logs, report_file
+from safelaunch.vocab import word_of
 
 # safelaunch's own line on each node of a multi-node job: which host is node N
 _NODE_HOST = re.compile(r"^safelaunch: node (\d+) of \d+ \(([^)]*)\)")
@@ -159,11 +161,11 @@ def _ended(entry: dict[str, Any]) -> tuple[bool | None, int | None, int | None]:
     """(failed, exit code, signal) of one rank in report.json."""
     name = str(entry.get("signal"))
     signum = int(signal.Signals[name]) if name in signal.Signals.__members__ else None
-    state = entry.get("state")
+    state = word_of(entry.get("state"), RankEnding)
     code = entry.get("exit_code")
-    if state == "failed":
+    if state == RankEnding.FAILED:
         return True, code, signum
-    if state == "succeeded":
+    if state == RankEnding.SUCCEEDED:
         return False, 0, None
     return False, None, signum  # stopped by safelaunch, not started
 

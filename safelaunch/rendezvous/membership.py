@@ -18,6 +18,7 @@ from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement, assign, fact_mismatches
 from safelaunch.rendezvous.stops import NodeStop, StopKind, from_json
+from safelaunch.vocab import StrEnum
 
 POLL = 0.1  # seconds between looks at the store while waiting
 
@@ -32,6 +33,13 @@ class KeyValue(Protocol):
     def add(self, key: str, amount: int) -> int: ...
 
     def check(self, keys: list[str]) -> bool: ...
+
+
+class StartVote(StrEnum):
+    """Each node's word on whether it starts the next attempt."""
+
+    GO = "go"
+    STOP = "stop"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,11 +130,13 @@ class Membership:
     def start_attempt(self, attempt: int, go: bool, timeout: float) -> tuple[list[int], list[int]]:
         """Every node says whether it starts `attempt`: (nodes that stop, nodes missing)."""
         try:
-            values = self.gather(f"attempt/{attempt}/start", "go" if go else "stop", timeout)
+            values = self.gather(
+                f"attempt/{attempt}/start", StartVote.GO if go else StartVote.STOP, timeout
+            )
         except Exception:
             others = [n for n in range(self.placement.nodes) if n != self.placement.node]
             return [], others
-        stopping = [n for n, v in enumerate(values) if v == "stop"]
+        stopping = [n for n, v in enumerate(values) if v == StartVote.STOP]
         missing = [n for n, v in enumerate(values) if v is None]
         return stopping, missing
 
