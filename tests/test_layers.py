@@ -164,6 +164,26 @@ def test_a_real_launch_classes_a_missing_variable_from_its_layer(tmp_path: Path)
     assert "train.py:7 in <module>" in run.stderr
 
 
+PLAIN = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+for step in range(3):
+    dist.all_reduce(torch.ones(2))
+if dist.get_rank() == 0:
+    raise LookupError("no route for step")
+dist.barrier()
+"""
+
+
+def test_a_real_launch_says_what_an_unknown_saw(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(PLAIN)
+    run = launch(tmp_path, "--nproc-per-node=2", str(script), timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert "class: unknown: no rule decides; seen: LookupError raised in your code" in run.stderr
+    assert "after 3 collective(s)" in run.stderr and "train.py:7 first" in run.stderr
+
+
 def test_every_rule_is_in_the_documented_table() -> None:
     docs = (Path(__file__).parents[1] / "docs" / "signatures.md").read_text()
     table = docs.split("## Classes from the traceback's layers", 1)[1]
