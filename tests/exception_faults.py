@@ -56,6 +56,7 @@ WORDS = [
 ERRORS = (ValueError, RuntimeError, KeyError, AssertionError, IndexError, TypeError, LookupError)
 
 Fault = Callable[[random.Random], None]  # raises
+_WORK: list[Path] = []  # where faults write their files: under the output directory
 
 
 def _words(rng: random.Random, count: int = 3) -> str:
@@ -262,8 +263,8 @@ def _optimizer_state(rng: random.Random) -> None:
 def _load_corrupt(rng: random.Random) -> None:
     import torch
 
-    path = Path(tempfile.mkdtemp()) / f"{rng.choice(WORDS)}.pt"
-    good = Path(tempfile.mkdtemp()) / "good.pt"
+    work = Path(tempfile.mkdtemp(dir=_WORK[0] if _WORK else None))
+    path, good = work / f"{rng.choice(WORDS)}.pt", work / "good.pt"
     torch.save({"w": torch.ones(rng.randrange(2, 50))}, good)
     data = good.read_bytes()
     choice = rng.randrange(3)
@@ -576,7 +577,9 @@ def _beat(phase: str, rng: random.Random) -> dict[str, object]:
 
 def generate(out: Path, seed: int, count: int) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    install_package(Path(tempfile.mkdtemp(prefix="faultgen-")))
+    _WORK[:] = [out / "work"]
+    _WORK[0].mkdir(parents=True, exist_ok=True)
+    install_package(out / "package")
     faults = []
     for index in range(count):
         kind = rng.choice(sorted(KINDS))
