@@ -4,8 +4,10 @@
 
 Without SCRIPT a ~1000-line training-script-like file is generated. The launch pays
 the cached figure from its second run of the same script on (docs/lint.md); the
-target is a few milliseconds. CPU time is printed beside the wall time: on a machine
-with more runnable processes than cores the wall time is mostly waiting for a core.
+target is a few milliseconds. The preflight cross-check of what the script uses
+(preflight/crosscheck.py) over the cached uses is timed too. CPU time is printed beside
+the wall time: on a machine with more runnable processes than cores the wall time is
+mostly waiting for a core.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from safelaunch.lint import lint_source
 from safelaunch.lint.cache import lint_cached
+from safelaunch.preflight.crosscheck import cross_check, rank_names
 
 BLOCK = """
 def train_{n}(model, loader, sampler, optimizer, epochs, local_rank):
@@ -64,11 +67,20 @@ def main() -> None:
             started = time.perf_counter()
             lint_cached(script, environ)
             warm.append(time.perf_counter() - started)
+        uses = lint_cached(script, environ).uses
+        checked = []
+        for _ in range(args.repeat):
+            started = time.perf_counter()
+            cross_check(
+                uses, script="train.py", gpus=0, torch=None, rank_env=rank_names({}), cwd=Path.cwd()
+            )
+            checked.append(time.perf_counter() - started)
         lines = source.count(b"\n")
         print(f"{script.name}: {lines} lines")
         print(f"  linted cold:       {statistics.median(cold) * 1000:7.2f} ms (median)")
         print(f"  linted cold, CPU:  {statistics.median(cold_cpu) * 1000:7.2f} ms (median)")
         print(f"  from the cache:    {statistics.median(warm) * 1000:7.2f} ms (median)")
+        print(f"  cross-check:       {statistics.median(checked) * 1000:7.3f} ms (median)")
 
 
 if __name__ == "__main__":

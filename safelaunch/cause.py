@@ -28,6 +28,7 @@ class CauseView:
     leave_lines: tuple[str, ...] = ()  # how it left early (diagnose/leaving.py)
     crashed_at_exit: bool = False
     log: str | None = None
+    seen: str | None = None  # class unknown: what its traceback's layers showed
 
 
 def known_class_line(klass: str, signature_id: str, meaning: str) -> str:
@@ -46,6 +47,8 @@ def cause_lines(view: CauseView) -> list[str]:
     if signature is not None:
         lines = [known_class_line(view.klass, signature.id, signature.meaning)]
         lines.extend(f"  {line}" for line in view.leave_lines)
+    elif view.error is not None and view.seen:
+        lines = [f"  class: {view.klass}: no rule decides; seen: {view.seen}"]
     elif view.error is not None:
         lines = [f"  class: {view.klass}: no known signature; the error below is the lead"]
     elif view.last_lines:

@@ -155,6 +155,7 @@ def _root_lines(verdict: LogVerdict, hosts: dict[int, str], seqs: dict[int, int]
         leave_lines=tuple(describe_leave(leave, seqs, root.rank)) if root.left_early else (),
         crashed_at_exit=root.crashed_at_exit,
         log=str(log.path) if log is not None and log.path is not None else None,
+        seen=root.seen,
     )
     lines = [f"root cause: rank {root.rank}{where}", *cause_lines(view)]
     lines.extend(consequence_lines(root.consequences))

@@ -149,6 +149,7 @@ def _failure_lines(
         else (),
         crashed_at_exit=diagnosis.crashed_at_exit,
         log=shown_path(cause.log_path) if logs_kept else None,  # no log: no path named
+        seen=diagnosis.seen,
     )
     lines.extend(cause_lines(view))
     followed = dict(diagnosis.consequences)
@@ -290,7 +291,7 @@ def report_record(
             "class": diagnosis.klass,
             "root_cause_rank": cause.rank if cause else None,
             "signature": signature.id if signature else None,
-            "summary": signature.meaning if signature else None,
+            "summary": signature.meaning if signature else diagnosis.seen,
             "next_steps": list(signature.next_steps) if signature else [],
             "error": diagnosis.error.line if diagnosis.error else diagnosis.evidence,
             "location": diagnosis.error.location if diagnosis.error else None,

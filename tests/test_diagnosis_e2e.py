@@ -90,4 +90,5 @@ def test_peer_crash_seen_from_survivors_names_the_peer(tmp_path: Path) -> None:
 
 def test_a_plain_error_is_unknown_with_its_error_as_the_lead(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", worker("fail_one.py"))
-    assert "class: unknown: no known signature; the error below is the lead" in run.stderr
+    assert "class: unknown: no rule decides; seen: RuntimeError raised in your code" in run.stderr
+    assert "fail_one.py:8 first" in run.stderr

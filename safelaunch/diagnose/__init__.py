@@ -61,6 +61,7 @@ class Diagnosis:
     leaves: Mapping[int, Leave] = field(default_factory=dict)  # ranks that ended without error
     seqs: Mapping[int, int] = field(default_factory=dict)  # last collective count per rank
     last_lines: tuple[str, ...] = ()  # the root cause's log ends, when it has no error line
+    seen: str | None = None  # class unknown: what the traceback's layers showed
 
 
 def hang_class(hang: HangAnalysis) -> FailureClass:
@@ -78,8 +79,14 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
     return UNKNOWN if stuck_outside else COMMUNICATION
 
 
-def evidence_of(result: RankResult, text: str, leave: Leave | None) -> RankEvidence:
-    """A judged rank as the root-cause rule sees it."""
+def evidence_of(
+    result: RankResult,
+    text: str,
+    leave: Leave | None,
+    beats: Mapping[int, int | None] | None = None,
+) -> RankEvidence:
+    """A judged rank as the root-cause rule sees it (`beats`: collectives issued by each
+    rank's last heartbeat record, for the ranks that have one)."""
     from safelaunch.diagnose.rootcause import RankEvidence
 
     return RankEvidence(
@@ -95,6 +102,8 @@ def evidence_of(result: RankResult, text: str, leave: Leave | None) -> RankEvide
         signum=result.signal,
         error_file=result.error_file,
         leave=leave,
+        seq=beats.get(result.rank) if beats else None,
+        beat=beats is not None and result.rank in beats,
     )
 
 
@@ -121,7 +130,7 @@ def diagnose(
         # what the rest would find for a job that ended well, without importing it
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
-    from safelaunch.diagnose.leaving import read_leaves, read_seqs
+    from safelaunch.diagnose.leaving import read_counts, read_leaves, read_seqs
     from safelaunch.diagnose.rootcause import find_root_cause
     from safelaunch.flights.forensics import for_attempt
     from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang
@@ -146,7 +155,8 @@ def diagnose(
             stragglers=stragglers,
         )
     leaves = read_leaves(heartbeat_dir)
-    evidence = [evidence_of(r, texts[r.rank], leaves.get(r.rank)) for r in outcome.ranks]
+    beats = read_counts(heartbeat_dir, [r.rank for r in outcome.ranks])
+    evidence = [evidence_of(r, texts[r.rank], leaves.get(r.rank), beats) for r in outcome.ranks]
     found = find_root_cause(evidence, table)
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
@@ -167,6 +177,7 @@ def diagnose(
         leaves=leaves,
         seqs=seqs,
         last_lines=() if found.error else tuple(last_lines(texts[root.rank])),
+        seen=found.seen,
     )
 
 

@@ -11,14 +11,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from safelaunch.diagnose.frames import DUMP_FRAME as _DUMP_FRAME
 from safelaunch.diagnose.frames import RANK_MARKER, user_frame
+from safelaunch.diagnose.frames import TRACEBACK_FRAME as _FRAME
 from safelaunch.diagnose.reading import read_tail
 from safelaunch.userfiles import load_json
 from safelaunch.vocab import StrEnum
 
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
-# faulthandler's form: no comma before "in"
-_DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(?P<what>.*\S)")
 _FATAL = "Fatal Python error:"

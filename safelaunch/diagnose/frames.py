@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+# A traceback's frame line, and faulthandler's form of it (no comma before "in").
+TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 # torch's prefix after init_process_group (`[rank3]:`), and safelaunch's own multi-node
 # console prefix (`[node1/rank3]:`, `[node1/rank 3]:` when widths differ).
 RANK_MARKER = re.compile(r"^\[(?:node\d+/)?rank\s*\d+\]:\s?")

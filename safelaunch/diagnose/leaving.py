@@ -87,6 +87,19 @@ def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
     return seqs
 
 
+def read_counts(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int | None]:
+    """Each rank's last heartbeat record's collective count, for the ranks that wrote one
+    (None: it had no process group then)."""
+    counts: dict[int, int | None] = {}
+    if heartbeat_dir is None:
+        return counts
+    for rank in ranks:
+        beat = heartbeat_file.read(rank, heartbeat_file.path(heartbeat_dir, rank))
+        if beat is not None:
+            counts[rank] = beat.seq if isinstance(beat.seq, int) else None
+    return counts
+
+
 def leave_record(leave: Leave) -> dict[str, Any]:
     """report.json's form (explain reads it back)."""
     return {

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from safelaunch.diagnose.errortext import ErrorSource, ErrorText, error_text, last_lines
+from safelaunch.diagnose.layerclass import Stage, describe, layer_class
+from safelaunch.diagnose.layers import read_fault
 from safelaunch.diagnose.leaving import Leave, LeaveHow, left_collectives
 from safelaunch.diagnose.match import Match, cause, in_worker, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
@@ -37,6 +39,9 @@ class RankEvidence:
     signum: int | None = None
     error_file: Path | None = None
     leave: Leave | None = None  # it ended without an uncaught error (bootstrap's record)
+    # its last heartbeat record: collectives issued (`beat` and None: it never joined a group)
+    seq: int | None = None
+    beat: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +56,7 @@ class RootCause:
     consequences: tuple[tuple[int, str], ...]
     crashed_at_exit: bool = False  # a Python error came first, then the shutdown crash
     left_early: bool = False  # it ended while its peers still communicated
+    seen: str | None = None  # class unknown: what its traceback's layers showed (layerclass.py)
 
 
 Failure = TypeVar("Failure")
@@ -215,8 +221,12 @@ def find_root_cause(
     crashed_at_exit = bool(match and match.signature.id == "shutdown-crash" and python_error)
     if crashed_at_exit:
         match = None
-    if match is None and error is not None and not left:
+    seen = None
+    if match is None and error is not None and not left and found[root.rank]:
+        # its log shows only consequences of a peer's failure: no layer makes it a cause
         match = next(iter(matches(error.line, None, EXCEPTION_TYPES)), None)
+    elif match is None and error is not None and not left:
+        match, seen = _from_layers(root, error)
     match = in_worker(match, error.line if error else None)
     signature = RANK_LEFT_EARLY if left else (match.signature if match else None)
     return RootCause(
@@ -228,4 +238,24 @@ def find_root_cause(
         consequences=consequences,
         crashed_at_exit=crashed_at_exit,
         left_early=left,
+        seen=seen,
     )
+
+
+def _from_layers(rank: RankEvidence, error: ErrorText) -> tuple[Match | None, str | None]:
+    """No signature fits: the traceback's layers (their context rows), the exception's type,
+    the layers' general rows (layerclass.py); else what the layers
+    showed, for an honest "unknown". A context row and a type that agree on the class
+    give the type's (more precise) advice; where they disagree the context decides."""
+    fault = read_fault(rank.text, signum=rank.signum, seq=rank.seq, beat=rank.beat)
+    typed = next(iter(matches(error.line, None, EXCEPTION_TYPES)), None)
+    if fault is None:
+        return typed, None
+    found = layer_class(fault, Stage.CONTEXT)
+    if typed is not None and (found is None or found.klass == typed.signature.klass):
+        return typed, None  # where both agree, the type's advice is the more precise
+    if found is None:
+        found = layer_class(fault, Stage.GENERAL)
+    if found is not None:
+        return Match(signature=found, line=describe(fault)), None
+    return None, describe(fault)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the rules and the parser are loaded only to lint (lint_sour
     from safelaunch.lint.rules import Rule
 
 # Bumped whenever a rule changes what it finds: cached results of older rules are ignored.
-RULES_VERSION = "1"
+RULES_VERSION = "2"  # 2: the script's uses (uses.py) are cached too
 
 
 class Severity(StrEnum):
@@ -53,11 +53,22 @@ class LintFinding:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptUses:
+    """What the script needs of the machine (uses.py), line numbers first use first."""
+
+    cuda: tuple[int, ...] = ()  # .cuda(), torch.cuda.set_device(...), device="cuda"
+    nccl: tuple[int, ...] = ()  # init_process_group("nccl")
+    env: tuple[tuple[str, int], ...] = ()  # os.environ["X"] reads
+    paths: tuple[tuple[str, int], ...] = ()  # literal paths it reads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LintResult:
     """The findings, or why the script could not be read."""
 
     findings: tuple[LintFinding, ...] = ()
     problem: str | None = None  # e.g. a SyntaxError: the script will fail on its own
+    uses: ScriptUses = ScriptUses()
 
     @property
     def blocking(self) -> tuple[LintFinding, ...]:
@@ -82,6 +93,7 @@ def lint_source(source: str | bytes, filename: str = "<script>") -> LintResult:
     """Every rule over one script's text."""
     from safelaunch.lint.rules import RULES
     from safelaunch.lint.scan import parse
+    from safelaunch.lint.uses import script_uses
 
     # a parse allocates ~40 objects a line: dozens of collections that find nothing
     # (a syntax tree has no cycles; ~10% of a cold lint)
@@ -96,16 +108,22 @@ def lint_source(source: str | bytes, filename: str = "<script>") -> LintResult:
             for rule in RULES
             for node in rule.check(script)
         }
-    return LintResult(findings=tuple(found[key] for key in sorted(found)))
+        uses = script_uses(script)
+    return LintResult(findings=tuple(found[key] for key in sorted(found)), uses=uses)
 
 
 def to_json(result: LintResult) -> str:
-    return json.dumps(
-        {"problem": result.problem, "findings": [asdict(f) for f in result.findings]}, indent=1
-    )
+    findings = [asdict(f) for f in result.findings]
+    record = {"problem": result.problem, "findings": findings, "uses": asdict(result.uses)}
+    return json.dumps(record, indent=1)
+
+
+def _pairs(items: Sequence[Sequence[object]]) -> tuple[tuple[str, int], ...]:
+    return tuple((str(name), int(str(line))) for name, line in items)
 
 
 def from_json(text: str) -> LintResult:
+    """The inverse of to_json; KeyError, TypeError or ValueError for what it never wrote."""
     data = json.loads(text)
     findings = tuple(
         LintFinding(
@@ -118,7 +136,14 @@ def from_json(text: str) -> LintResult:
         )
         for item in data["findings"]
     )
-    return LintResult(findings=findings, problem=data["problem"])
+    used = data["uses"]
+    uses = ScriptUses(
+        cuda=tuple(int(line) for line in used["cuda"]),
+        nccl=tuple(int(line) for line in used["nccl"]),
+        env=_pairs(used["env"]),
+        paths=_pairs(used["paths"]),
+    )
+    return LintResult(findings=findings, problem=data["problem"], uses=uses)
 
 
 def related(

@@ -12,7 +12,8 @@ from pathlib import Path
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, NprocWord
 from safelaunch.errors import PreflightError
-from safelaunch.lint import LintFinding
+from safelaunch.lint import LintFinding, LintResult, ScriptUses
+from safelaunch.preflight.crosscheck import cross_check, rank_names
 from safelaunch.preflight.entry_script import compile_entry
 from safelaunch.preflight.inventory import NO_DRIVER, Inventory, read_inventory
 from safelaunch.preflight.logroot import check_log_root
@@ -128,23 +129,24 @@ def _refuse_special_file(script: str) -> None:
     )
 
 
-def lint_script(config: LaunchConfig) -> tuple[LintFinding, ...]:
-    """The script's DDP mistakes (cached by content); with --strict an error or warning stops."""
+def lint_script(config: LaunchConfig) -> LintResult:
+    """The script's DDP mistakes and uses (cached by content); with --strict an error or
+    warning stops."""
     if not config.lint or ((config.module or config.no_python) and not config.run_path):
-        return ()  # a module or an executable: no script file of ours to read
+        return LintResult()  # a module or an executable: no script file of ours to read
     from safelaunch.lint import BLOCKING
     from safelaunch.lint.cache import lint_cached
 
-    findings = lint_cached(Path(config.training_script), config.environ).findings
+    result = lint_cached(Path(config.training_script), config.environ)
     if config.strict:
-        for finding in findings:
+        for finding in result.findings:
             if finding.severity in BLOCKING:
                 raise PreflightError(
                     f"lint: {finding.render(config.training_script)}",
                     f"{finding.fix} (a lint {finding.severity}; --strict made it fatal; "
                     "--no-lint skips the check)",
                 )
-    return findings
+    return result
 
 
 def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
@@ -161,18 +163,29 @@ def reserve_master(config: LaunchConfig) -> tuple[str, PortReservation]:
 
 
 def findings_of(
-    config: LaunchConfig, inventory: Inventory, nproc: int
+    config: LaunchConfig, inventory: Inventory, nproc: int, uses: ScriptUses | None = None
 ) -> tuple[tuple[str, ...], list[Finding]]:
-    """The GPU mapping lines and every finding (GPU and system)."""
+    """The GPU mapping lines and every finding (GPU, system, and what the script uses
+    against what the machine offers)."""
     gpus = plan_gpus(inventory, config.environ, nproc)
     findings = [Finding(level=ERROR, code="gpu", message=m, fix=f) for m, f in gpus.errors]
     findings += [Finding(level=WARNING, code="gpu", message=m) for m in gpus.warnings]
     addr = config.master_addr or DEFAULT_MASTER_ADDR
     findings += system_findings(config.environ, addr, len(gpus.visible.devices))
     findings.append(crowding_finding(nproc, len(os.sched_getaffinity(0))))
+    facts = None
     if gpus.visible.devices:  # what the probe compares only matters with GPUs (doctor: always)
         facts = probe_torch()
         findings += torch_findings(facts, len(gpus.visible.devices), inventory.cuda_driver_version)
+    if uses is not None:
+        findings += cross_check(
+            uses,
+            script=config.training_script,
+            gpus=len(gpus.visible.devices),
+            torch=facts,
+            rank_env=rank_names(config.environ),
+            cwd=Path.cwd(),
+        )
     return gpus.lines, findings
 
 
@@ -187,7 +200,7 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
     lines: tuple[str, ...] = ()
     warnings: list[Finding] = []
     if config.preflight:
-        lines, findings = findings_of(config, inventory, nproc)
+        lines, findings = findings_of(config, inventory, nproc, lint.uses)
         fatal = (ERROR, WARNING) if config.strict else (ERROR,)
         for finding in findings:
             if finding.level in fatal:
@@ -208,7 +221,7 @@ def run_preflight(config: LaunchConfig) -> PreflightReport:
         master_port=port,
         gpu_lines=lines,
         warnings=tuple(f"{w.message}; {w.fix}" if w.fix else w.message for w in warnings),
-        lint=lint,
+        lint=lint.findings,
         node_facts=node_facts(inventory, config.environ) if multi_node else {},
         visible_gpus=visible_gpus(inventory, config.environ.get("CUDA_VISIBLE_DEVICES")),
     )

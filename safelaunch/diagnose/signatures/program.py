@@ -156,6 +156,7 @@ PROGRAM: tuple[Signature, ...] = (
             r"modified by an inplace operation",
             r"Trying to backward through the graph a second time",
             r"does not require grad and does not have a grad_fn",
+            r"a leaf Variable that requires grad is being used in an in-place operation",
         ),
         meaning="the autograd graph was used wrongly (in-place change, second backward, "
         "a loss that does not depend on parameters)",
