@@ -36,7 +36,10 @@ FIELDS = ("class", "rank", "location", "exit", "convention", "isolate")
 _ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: \d+\)", re.S)
 _FILE_LINE = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 _PREFIX = re.compile(r"^\[(?:rank|default)?(\d+)\]:\s?")
-_LIBRARY = ("site-packages", "dist-packages", "/lib/python", "<frozen", "safelaunch/")
+_LIBRARY = ("site-packages", "dist-packages", "/lib/python", "<frozen")
+# this checkout's own package, wherever it is cloned: a clone into a directory named
+# safelaunch puts "safelaunch/" in every scenario's path too
+_PACKAGE = str(Path(__file__).resolve().parents[2] / "safelaunch") + os.sep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,7 +224,7 @@ def _torchrun_location(output: str, rank: int | None) -> str | None:
         loose = [(m["path"], m["line"]) for m in _FILE_LINE.finditer(output)]
         chosen = [(None, [f for f in loose if not any(p in f[0] for p in own)])]
     for path, line in reversed(chosen[-1][1]):
-        if not any(part in path for part in _LIBRARY):
+        if not path.startswith(_PACKAGE) and not any(part in path for part in _LIBRARY):
             return f"{Path(path).name}:{line}"
     return None
 
