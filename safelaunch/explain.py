@@ -25,7 +25,7 @@ from safelaunch.diagnose.match import non_finite_loss
 from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.exitcodes import signal_name
-from safelaunch.flights import forensics as collectives
+from safelaunch.flights import found
 from safelaunch.outcome import AttemptStatus
 from safelaunch.ranktext import ranks_label
 from safelaunch.vocab import word_of
@@ -187,5 +187,5 @@ def render(where: str, logs: LogSet, verdict: LogVerdict) -> str:
 def explain(where: str, table: Sequence[Signature] = SIGNATURES) -> str:
     """Load, judge, render."""
     logs = load(where)
-    flight = collectives.explain_lines(Path(where)) if where != "-" else []
+    flight = found.explain_lines(Path(where)) if where != "-" else []
     return "\n".join([render(where, logs, judge(logs, table)), *flight])

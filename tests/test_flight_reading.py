@@ -20,6 +20,7 @@ from conftest import launch, safelaunch_cmd
 
 from safelaunch.flights import check as flightcheck
 from safelaunch.flights import forensics as collectives
+from safelaunch.flights import found
 from safelaunch.flights.forensics import Forensics
 from safelaunch.flights.request import catches, exiting
 from safelaunch.outcome import STOP_SIGNALS, judge
@@ -55,9 +56,9 @@ def test_explain_reads_the_last_attempts_records(
 ) -> None:
     for name, age in layout.items():
         _records(tmp_path / "run" / name, age=age)
-    found = collectives.records_under(tmp_path / "run")
-    assert {p.parent.parent.name for p in found} == {chosen}
-    assert len(found) == 2
+    records = found.records_under(tmp_path / "run")
+    assert {p.parent.parent.name for p in records} == {chosen}
+    assert len(records) == 2
 
 
 def test_torch_dumps_outside_attempts_the_newest_directory(tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_torch_dumps_outside_attempts_the_newest_directory(tmp_path: Path) -> No
         dump = tmp_path / name / "nccl_trace_rank_0"
         dump.write_bytes(b"")
         os.utime(dump, (time.time() - age, time.time() - age))
-    assert [p.parent.name for p in collectives.records_under(tmp_path)] == ["new"]
+    assert [p.parent.name for p in found.records_under(tmp_path)] == ["new"]
 
 
 # --- the words when nothing diverges ----------------------------------------------------
