@@ -237,3 +237,20 @@ def test_records_are_frozen_and_compare_by_value() -> None:
     with pytest.raises(TypeError):
         heartbeat_file.Beat(rank=0, time=1.0)  # type: ignore[call-arg]
     assert "rank=0" in repr(beat) and hash(beat) == hash(beat)
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix", "suffix", "number"),
+    [
+        ("rank12.exit.json", "rank", ".exit.json", 12),
+        ("rank.exit.json", "rank", ".exit.json", None),
+        ("rank1.2.exit.json", "rank", ".exit.json", None),
+        ("rank١.exit.json", "rank", ".exit.json", None),  # not an ASCII digit
+        ("attempt_3", "attempt_", "", 3),
+        ("isolate_gloo", "attempt_", "", None),
+    ],
+)
+def test_a_numbered_name_reads_back_its_number(
+    name: str, prefix: str, suffix: str, number: int | None
+) -> None:
+    assert layout.numbered(name, prefix, suffix) == number

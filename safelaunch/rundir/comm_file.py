@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from safelaunch.rundir.frozen import Record
 from safelaunch.rundir.jsontext import write_atomically
+from safelaunch.rundir.layout import rank_files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,21 +48,16 @@ def read_all(attempt_dir: Path) -> dict[int, CommRecord]:
     import json  # the launcher's side only
 
     found: dict[int, CommRecord] = {}
-    try:
-        paths = sorted(attempt_dir.glob(f"rank*{SUFFIX}"))
-    except OSError:
-        return found
-    for path in paths:
-        digits = path.name[len("rank") : -len(SUFFIX)]
+    for rank, path in rank_files(attempt_dir, SUFFIX):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError, RecursionError):
             continue
-        if not (digits.isascii() and digits.isdigit()) or not isinstance(record, dict):
+        if not isinstance(record, dict):
             continue
         requested, used = record.get("requested"), record.get("used")
-        found[int(digits)] = CommRecord(
-            rank=int(digits),
+        found[rank] = CommRecord(
+            rank=rank,
             requested=None if requested is None else str(requested),
             used=None if used is None else str(used),
             swapped=bool(record.get("swapped")),

@@ -69,24 +69,19 @@ def read_all(directory: Path | None) -> dict[int, ExitRecord]:
     """Every exit record in an attempt's private directory, by rank; unreadable ones left out."""
     import json  # the launcher's side only
 
+    from safelaunch.rundir.layout import rank_files  # not at the top: every rank imports this
+
     found: dict[int, ExitRecord] = {}
     if directory is None:
         return found
-    try:
-        paths = list(directory.glob(f"rank*{SUFFIX}"))
-    except OSError:
-        return found
-    for path in paths:
-        digits = path.name[len("rank") : -len(SUFFIX)]
-        if not (digits.isascii() and digits.isdigit()):
-            continue
+    for rank, path in rank_files(directory, SUFFIX):
         try:
             record = json.loads(path.read_bytes())
             if not isinstance(record, dict):
                 continue
             code = record.get("code")
-            found[int(digits)] = ExitRecord(
-                rank=int(digits),
+            found[rank] = ExitRecord(
+                rank=rank,
                 how=str(record.get("how", "returned")),
                 code=code if isinstance(code, (int, str)) else None,
                 frames=_frames(record.get("frames")),

@@ -31,10 +31,27 @@ def attempt_pattern(run_dir: Path) -> str:
     return f"{run_dir}/{ATTEMPT_PREFIX}{{n}}"
 
 
+def numbered(name: str, prefix: str, suffix: str = "") -> int | None:
+    """N of a name `<prefix><N><suffix>` (ASCII digits only); None for any other name."""
+    if not (name.startswith(prefix) and name.endswith(suffix)):
+        return None
+    digits = name[len(prefix) : len(name) - len(suffix)]
+    return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
+def rank_files(directory: Path, suffix: str) -> list[tuple[int, Path]]:
+    """(N, path) of every `rank<N><suffix>` in `directory`, by N; none when unreadable."""
+    try:
+        paths = list(directory.glob(f"rank*{suffix}"))
+    except OSError:
+        return []
+    found = [(n, p) for p in paths if (n := numbered(p.name, "rank", suffix)) is not None]
+    return sorted(found)
+
+
 def attempt_number(name: str) -> int | None:
     """n of `attempt_<n>`; None for a rerun or anything else."""
-    digits = name[len(ATTEMPT_PREFIX) :] if name.startswith(ATTEMPT_PREFIX) else ""
-    return int(digits) if digits.isascii() and digits.isdigit() else None
+    return numbered(name, ATTEMPT_PREFIX)
 
 
 def latest(log_dir: Path) -> Path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from safelaunch.rundir.layout import rank_files
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,16 +39,7 @@ class LedgerWriter:
 
 def read_all(attempt_dir: Path) -> dict[int, dict[int, tuple[str, str]]]:
     """rank -> {collective number: (op, what it was called with)}."""
-    ledgers: dict[int, dict[int, tuple[str, str]]] = {}
-    try:
-        paths = list(attempt_dir.glob(f"rank*{SUFFIX}"))
-    except OSError:
-        return ledgers
-    for path in paths:
-        digits = path.name[len("rank") : -len(SUFFIX)]
-        if digits.isascii() and digits.isdigit():
-            ledgers[int(digits)] = _entries(path)
-    return ledgers
+    return {rank: _entries(path) for rank, path in rank_files(attempt_dir, SUFFIX)}
 
 
 def _entries(path: Path) -> dict[int, tuple[str, str]]:

@@ -44,12 +44,3 @@ def launcher_log(attempt_dir: Path) -> Path:
 def filtered_log(attempt_dir: Path, stream: int) -> Path:
     """Stream 1 is stdout, 2 stderr."""
     return attempt_dir / ("filtered_stdout.log" if stream == 1 else "filtered_stderr.log")
-
-
-def rank_of_log(path: Path) -> int | None:
-    """N of `rank<N>.log`; None for any other name."""
-    name = path.name
-    if not (name.startswith(LOG_PREFIX) and name.endswith(LOG_SUFFIX)):
-        return None
-    digits = name[len(LOG_PREFIX) : -len(LOG_SUFFIX)]
-    return int(digits) if digits.isascii() and digits.isdigit() else None
