@@ -8,6 +8,7 @@ how many collectives it had issued), and at once when it destroys its default gr
 from __future__ import annotations
 
 from safelaunch.rundir.frozen import Record
+from safelaunch.rundir.heartbeat_file import Frame
 from safelaunch.rundir.jsontext import write_atomically
 
 TYPE_CHECKING = False
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 SUFFIX = ".exit.json"
-Frame = tuple[str, int, str]
 
 
 class ExitRecord(Record):
