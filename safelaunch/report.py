@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # only for multi-node jobs
 # What only a failure's summary and record use (the root-cause block, flight records, how
 # ranks left) is imported there: a job that succeeds never loads it (diagnose/__init__.py).
 if TYPE_CHECKING:
+    from safelaunch.diagnose.arbiter import Verdict
     from safelaunch.diagnose.signatures import Signature
     from safelaunch.flights.forensics import Forensics
     from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
@@ -74,6 +75,7 @@ def render_hang(
     attempt: str,
     forensics: Forensics | None = None,
     signature: Signature | None = None,
+    verdict: Verdict | None = None,
 ) -> str:
     """Where every rank is, the odd ones out first named, and where the stacks are."""
     lines = [
@@ -84,7 +86,11 @@ def render_hang(
     ]
     lines.extend(_whereabouts(group, hang.culprits) for group in hang.groups)
     lines.extend(f"  rank {rank} had already ended: {how}" for rank, how in hang.exited)
-    if hang.culprits:
+    agrees = verdict is None or set(verdict.culprits) == set(hang.culprits)
+    judged = [] if agrees and hang.culprits else _verdict_lines(verdict, stacks_only=True)
+    if judged:
+        lines.extend(judged)
+    elif hang.culprits:
         who = ",".join(str(r) for r in hang.culprits)
         lines.append(f"  likely culprit: rank {who}: {hang.reason}")
     else:
@@ -132,7 +138,8 @@ def _failure_lines(
 
     leave = diagnosis.leaves.get(cause.rank)
     left = left_collectives(leave) if diagnosis.left_early else None
-    how = left or f"{cause.how_it_ended()} after {cause.ended_after:.1f} s"
+    ended = cause.stop_label() if cause.state == RankEnding.STOPPED else cause.how_it_ended()
+    how = left or f"{ended} after {cause.ended_after:.1f} s"
     lines = [
         f"FAILED{attempt}: rank {cause.rank} {how}"
         + (" while the other ranks still communicated" if diagnosis.left_early else "")
@@ -152,12 +159,36 @@ def _failure_lines(
         seen=diagnosis.seen,
     )
     lines.extend(cause_lines(view))
+    anchored = diagnosis.error is not None and diagnosis.error.source == "evidence"
+    lines.extend(_verdict_lines(diagnosis.verdict, anchored=anchored))
     followed = dict(diagnosis.consequences)
     others = [r for r in outcome.ranks if r.rank != cause.rank and r.rank not in followed]
     lines.extend(_group_lines(others))
     lines.extend(consequence_lines(diagnosis.consequences))
     lines.extend(flight_lines(diagnosis.collectives))
     return lines
+
+
+def _verdict_lines(
+    verdict: Verdict | None, stacks_only: bool = False, anchored: bool = False
+) -> list[str]:
+    """The arbiter's culprit and what disagrees with it; nothing where it adds nothing.
+
+    `stacks_only`: a hang, whose "likely culprit" line already says what the stacks say.
+    `anchored`: a failure whose block above names the arbiter's culprit with its evidence.
+    """
+    if verdict is None:
+        return []
+    from safelaunch.diagnose.arbiter import Source, disagreement_lines, headline
+
+    decided = verdict.decided_by
+    said = {Source.STACKS} if stacks_only else {Source.FIRST_FAILURE}
+    if decided is not None and anchored:
+        return [f"  decided by: {decided.source} ({decided.tier})", *disagreement_lines(verdict)]
+    if decided is not None and decided.source in said:
+        return disagreement_lines(verdict)
+    line = headline(verdict)
+    return [f"  {line}", *disagreement_lines(verdict)] if line else []
 
 
 def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = True) -> str:
@@ -182,7 +213,13 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
         return "\n".join([head, *notes, f"logs: {logs}"])
     if outcome.status == AttemptStatus.HUNG and diagnosis.hang is not None:
         return render_hang(
-            outcome, diagnosis.hang, logs, attempt, diagnosis.collectives, diagnosis.signature
+            outcome,
+            diagnosis.hang,
+            logs,
+            attempt,
+            diagnosis.collectives,
+            diagnosis.signature,
+            diagnosis.verdict,
         )
     if outcome.peer_event is not None and diagnosis.root_cause is None:
         lines = [f"STOPPED{attempt}: {outcome.peer_event.shown}"]
@@ -303,6 +340,7 @@ def report_record(
             "leaves": _leave_records(diagnosis),
             "collectives": {str(r): seq for r, seq in diagnosis.seqs.items()},
             "last_lines": list(diagnosis.last_lines),
+            **_verdict_record(diagnosis),
         },
         "isolation": None,  # filled in by isolation.record once the reruns are done
         # multi-node: another node stopped this one (or vanished)
@@ -310,6 +348,15 @@ def report_record(
         "job": None,  # multi-node: the verdict across nodes (launch fills it in)
         "log_problems": list(outcome.log_problems),
     }
+
+
+def _verdict_record(diagnosis: Diagnosis) -> dict[str, Any]:
+    """The arbiter's `verdict`, `culprits` and `disagreeing` (failed and hung attempts)."""
+    if diagnosis.verdict is None:  # a job that ended well imports nothing more
+        return {"verdict": None, "culprits": [], "disagreeing": []}
+    from safelaunch.diagnose.arbiter import record
+
+    return record(diagnosis.verdict)
 
 
 def _collectives_record(forensics: Forensics | None) -> dict[str, Any] | None:

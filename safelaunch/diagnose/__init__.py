@@ -27,9 +27,10 @@ from safelaunch.vocab import COMMUNICATION, UNKNOWN, FailureClass
 # this package while its ranks run, and those modules were ~13 ms of the launcher's CPU
 # that a job which succeeds never uses (bench/vs_torchrun.py; tests/test_import_cost.py).
 if TYPE_CHECKING:
+    from safelaunch.diagnose.arbiter import Verdict
     from safelaunch.diagnose.errortext import ErrorText
     from safelaunch.diagnose.leaving import Leave
-    from safelaunch.diagnose.rootcause import RankEvidence
+    from safelaunch.diagnose.rootcause import RankEvidence, RootCause
     from safelaunch.flights.forensics import Forensics
     from safelaunch.hangs.analysis import HangAnalysis
 
@@ -62,6 +63,7 @@ class Diagnosis:
     seqs: Mapping[int, int] = field(default_factory=dict)  # last collective count per rank
     last_lines: tuple[str, ...] = ()  # the root cause's log ends, when it has no error line
     seen: str | None = None  # class unknown: what the traceback's layers showed
+    verdict: Verdict | None = None  # the arbiter's culprits from all the evidence
 
 
 def hang_class(hang: HangAnalysis) -> FailureClass:
@@ -144,7 +146,9 @@ def diagnose(
     )
     if no_cause:
         klass = hang_class(hang) if hang else None
+        verdict = _weigh(None, hang, collectives, texts, outcome, heartbeat_dir)
         return Diagnosis(
+            verdict=verdict,
             root_cause=None,
             error=None,
             hang=hang,
@@ -160,6 +164,8 @@ def diagnose(
     found = find_root_cause(evidence, table)
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
+    verdict = _weigh(found, hang, collectives, texts, outcome, heartbeat_dir)
+    found = _anchored(found, verdict, evidence, table, heartbeat_dir)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
     return Diagnosis(
@@ -178,7 +184,58 @@ def diagnose(
         seqs=seqs,
         last_lines=() if found.error else tuple(last_lines(texts[root.rank])),
         seen=found.seen,
+        verdict=verdict,
     )
+
+
+def _weigh(
+    found: RootCause | None,
+    hang: HangAnalysis | None,
+    collectives: Forensics | None,
+    texts: Mapping[int, str],
+    outcome: Outcome,
+    heartbeat_dir: Path | None,
+) -> Verdict:
+    """Every source's items, weighed by the arbiter; a culprit without a place of its own
+    is placed where its last heartbeat record saw it."""
+    from dataclasses import replace
+
+    from safelaunch.diagnose import witnesses as w
+    from safelaunch.diagnose.arbiter import decide
+
+    items = [
+        *([w.first_failure(found)] if found is not None else []),
+        *w.flight_items(collectives),
+        *w.hang_items(hang),
+        *w.error_text_items(texts, [r.rank for r in outcome.ranks]),
+    ]
+    verdict = decide(items)
+    if verdict.culprits and verdict.location() is None and verdict.decided_by is not None:
+        places = w.last_places(heartbeat_dir, verdict.culprits)
+        if len(verdict.culprits) == 1 and verdict.culprits[0] in places:
+            placed = replace(verdict.decided_by, location=places[verdict.culprits[0]])
+            verdict = replace(verdict, decided_by=placed)
+    return verdict
+
+
+def _anchored(
+    found: RootCause,
+    verdict: Verdict,
+    evidence: Sequence[RankEvidence],
+    table: Sequence[Signature],
+    heartbeat_dir: Path | None,
+) -> RootCause:
+    """The root cause is the arbiter's one culprit when the evidence names another rank
+    than the first failure (the summary, exit code and report follow it)."""
+    if len(verdict.culprits) != 1 or verdict.culprits[0] == found.rank:
+        return found
+    from safelaunch.diagnose.errortext import ErrorSource, ErrorText
+    from safelaunch.diagnose.rootcause import named_cause
+
+    decided = verdict.decided_by
+    assert decided is not None  # a culprit is always decided by an item
+    why = ErrorText(line=decided.says, location=verdict.location(), source=ErrorSource.EVIDENCE)
+    return named_cause(evidence, verdict.culprits[0], why, verdict.klass() or found.klass, table)
 
 
 def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:

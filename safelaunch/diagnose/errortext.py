@@ -37,6 +37,7 @@ class ErrorSource(StrEnum):
     ERROR_FILE = "error file"
     LOG = "log"
     EXIT_RECORD = "exit record"
+    EVIDENCE = "evidence"  # no error of its own: what the culprit's evidence says it did
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

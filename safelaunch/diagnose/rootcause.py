@@ -61,6 +61,10 @@ class RootCause:
 
 Failure = TypeVar("Failure")
 
+# Errors that say only that the rank waited for a peer, or saw the peers disagree: the rank
+# that raised one first is often not the one that broke the job (diagnose/arbiter.py).
+WAITING = frozenset({"collective-timeout", "collective-mismatch", "store-clients-missing"})
+
 
 def first_cause(
     failures: Sequence[Failure],
@@ -259,3 +263,36 @@ def _from_layers(rank: RankEvidence, error: ErrorText) -> tuple[Match | None, st
     if found is not None:
         return Match(signature=found, line=describe(fault)), None
     return None, describe(fault)
+
+
+def named_cause(
+    ranks: Sequence[RankEvidence],
+    rank: int,
+    why: ErrorText,
+    klass: FailureClass,
+    table: Sequence[Signature] = SIGNATURES,
+) -> RootCause:
+    """The root cause the arbiter named (diagnose/arbiter.py) rather than the first failure.
+
+    Its own error where it failed with one that is no consequence (the rule run with it as
+    the hint); else `why`, what the evidence says it did, and every failure is one of its
+    consequences.
+    """
+    own = find_root_cause(ranks, table, hint=rank)
+    if own is not None and own.rank == rank:
+        return own
+    # what the first failure waited for or detected is what the culprit did: its advice fits
+    waited = own.signature if own is not None and own.signature is not None else None
+    found = {r.rank: matches(r.text, r.signum, table) for r in ranks}
+    consequences = tuple(
+        (r.rank, found[r.rank][0].signature.id if found[r.rank] else "error")
+        for r in sorted((r for r in ranks if r.failed and r.rank != rank), key=_order)
+    )
+    return RootCause(
+        rank=rank,
+        error=why,
+        signature=waited if waited is not None and waited.id in WAITING else None,
+        evidence=None,
+        klass=klass,
+        consequences=consequences,
+    )

@@ -170,6 +170,8 @@ def ending_of(outcome: Outcome, diagnosis: Diagnosis) -> Ending:
         return _python_ending(diagnosis.error.line if diagnosis.error else "")
     root = diagnosis.root_cause
     error = diagnosis.error
+    if error is not None and error.source == "evidence":  # the arbiter's culprit, no error
+        return Ending.COMMUNICATION if diagnosis.klass == COMMUNICATION else Ending.UNKNOWN
     if error is not None and not error.line.startswith("Fatal Python error"):
         return _python_ending(error.line)
     if error is not None or (root is not None and root.signal is not None):

@@ -1,0 +1,226 @@
+"""The evidence the arbiter weighs, read from what the diagnosis already collected.
+
+One function per source, each turning its own findings into arbiter Items: the root-cause
+rule's first real failure, the flight records' divergences (by majority, here: the
+comparison itself names whoever differs from the lowest rank), the hang's stacks, and
+error texts that name a rank. Sources written by the rank side later (the call ledger, the
+wait-for graph, the survivors' stacks) add their own function here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from safelaunch.diagnose.arbiter import Item, Source, Tier
+from safelaunch.diagnose.frames import user_frame
+from safelaunch.diagnose.rootcause import WAITING, RootCause
+from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
+from safelaunch.hangs.analysis import HangAnalysis
+from safelaunch.ranktext import ranks_label
+from safelaunch.rundir import heartbeat_file
+from safelaunch.vocab import COMMUNICATION, FailureClass
+
+
+def first_failure(found: RootCause) -> Item:
+    """The root-cause rule's rank: an error of its own, or only the first to fail."""
+    sig = found.signature
+    where = found.error.location if found.error else None
+    what = found.error.line if found.error else f"it failed first ({found.klass})"
+    if found.left_early:
+        return Item(
+            source=Source.EXIT_RECORD,
+            tier=Tier.OWN_ERROR,
+            ranks=(found.rank,),
+            says=f"rank {found.rank} left while the others still communicated",
+            location=where,
+            klass=found.klass,
+        )
+    waited = sig is not None and sig.id in WAITING
+    only_followed = sig is not None and sig.consequence
+    weak = waited or only_followed
+    return Item(
+        source=Source.FIRST_FAILURE,
+        tier=Tier.FIRST_FAILURE if weak else Tier.OWN_ERROR,
+        ranks=(found.rank,),
+        says=f"rank {found.rank} failed first: {_short(what)}"
+        if weak
+        else f"rank {found.rank}'s own error: {_short(what)}",
+        location=where,
+        klass=found.klass,
+    )
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _majority_odd(d: Divergence) -> tuple[tuple[int, ...], str] | None:
+    """The members whose call differs from the one most members made; None without a
+    strict majority (two ranks that disagree: the comparison cannot say which is odd)."""
+    differ = dict(d.differ)
+    present = [r for r in d.ranks if r not in d.missing and r not in d.no_record]
+    calls = {r: differ.get(r, d.call) for r in present}
+    counts = Counter(calls.values())
+    if len(counts) < 2:
+        return None
+    (common, most), (_, second) = counts.most_common(2)
+    if most == second:
+        return None
+    odd = tuple(sorted(r for r, c in calls.items() if c != common))
+    said = "; ".join(f"rank {r} called {calls[r]}" for r in odd)
+    return odd, f"at collective #{d.seq} of group [{_members(d)}] {said}, the others {common}"
+
+
+def _members(d: Divergence) -> str:
+    return ",".join(map(str, d.ranks))
+
+
+def flight_items(forensics: Forensics | None) -> list[Item]:
+    """Divergences: a different call is content; a member that never called it, behind."""
+    if forensics is None:
+        return []
+    items: list[Item] = []
+    for d in forensics.divergences:
+        if d.kind == DivergenceKind.MISMATCH:
+            odd = _majority_odd(d)
+            if odd is not None:
+                ranks, says = odd
+                items.append(
+                    Item(
+                        source=Source.FLIGHT_RECORD,
+                        tier=Tier.CONTENT,
+                        ranks=ranks,
+                        says=says,
+                        klass=COMMUNICATION,
+                    )
+                )
+        elif d.kind == DivergenceKind.MISSING and d.missing:
+            items.append(
+                Item(
+                    source=Source.FLIGHT_RECORD,
+                    tier=Tier.BEHIND,
+                    ranks=d.missing,
+                    says=f"{ranks_label(d.missing)} never called collective #{d.seq} {d.call} "
+                    f"of group [{_members(d)}], which the others called",
+                )
+            )
+    for w in forensics.p2p:
+        if w.kind == WaitKind.UNANSWERED:
+            continue  # who should answer is a guess from the pairing alone
+        calls = "; ".join(f"rank {r} {c}" for r, c in w.calls)
+        items.append(
+            Item(
+                source=Source.FLIGHT_RECORD,
+                tier=Tier.CONTENT,
+                ranks=tuple(sorted(w.ranks)),
+                says=f"p2p deadlock ({w.kind}): {calls}",
+                klass=COMMUNICATION,
+            )
+        )
+    return items
+
+
+def hang_items(hang: HangAnalysis | None) -> list[Item]:
+    """The hang's odd ones out, from where every rank's stack was."""
+    if hang is None or not hang.culprits:
+        return []
+    place = next(
+        (g.location for g in hang.groups if set(g.ranks) <= set(hang.culprits) and g.location),
+        None,
+    )
+    return [
+        Item(
+            source=Source.STACKS,
+            tier=Tier.BEHIND,
+            ranks=hang.culprits,
+            says=f"{ranks_label(hang.culprits)}: {hang.reason}",
+            location=place,
+        )
+    ]
+
+
+_BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
+_DDP = re.compile(r"while rank (\d+) has inconsistent")
+_DETAIL = re.compile(r"Rank (\d+) is running collective: (CollectiveFingerPrint\([^)]*\))")
+
+
+def error_text_items(texts: Mapping[int, str], world: Iterable[int]) -> list[Item]:
+    """Ranks that torch's own error texts name, in any rank's log.
+
+    DETAIL's mismatch text names two ranks and their calls on each rank that raised it;
+    the calls are counted over all of them, and only a strict minority is blamed. Its
+    ranks are the default group's (the world's): a subgroup's texts are not translated
+    yet, so only a text whose ranks all exist is read.
+    """
+    world = set(world)
+    items: list[Item] = []
+    barrier: set[int] = set()
+    ddp: set[int] = set()
+    calls: dict[int, str] = {}
+    for text in texts.values():
+        for m in _BARRIER.finditer(text):
+            barrier.update(int(r) for r in re.findall(r"\d+", m[1]))
+        ddp.update(int(m[1]) for m in _DDP.finditer(text))
+        for m in _DETAIL.finditer(text):
+            calls.setdefault(int(m[1]), m[2])
+    if barrier and barrier <= world:
+        ranks = tuple(sorted(barrier))
+        items.append(
+            Item(
+                source=Source.ERROR_TEXT,
+                tier=Tier.BEHIND,
+                ranks=ranks,
+                says=f"torch: {ranks_label(ranks)} failed to pass monitoredBarrier",
+            )
+        )
+    if ddp and ddp <= world:
+        ranks = tuple(sorted(ddp))
+        items.append(
+            Item(
+                source=Source.ERROR_TEXT,
+                tier=Tier.CONTENT,
+                ranks=ranks,
+                says=f"torch: {ranks_label(ranks)} built an inconsistent DDP model",
+                klass=FailureClass.MODEL,
+            )
+        )
+    if set(calls) <= world:
+        items.extend(_detail_items(calls))
+    return items
+
+
+def _detail_items(calls: Mapping[int, str]) -> list[Item]:
+    counts = Counter(calls.values())
+    if len(counts) < 2:
+        return []
+    (common, most), (_, second) = counts.most_common(2)
+    if most == second:
+        return []
+    odd = tuple(sorted(r for r, c in calls.items() if c != common))
+    return [
+        Item(
+            source=Source.ERROR_TEXT,
+            tier=Tier.CONTENT,
+            ranks=odd,
+            says=f"torch DETAIL: {ranks_label(odd)} ran another collective than "
+            f"{ranks_label(sorted(set(calls) - set(odd)))}",
+            klass=COMMUNICATION,
+        )
+    ]
+
+
+def last_places(heartbeat_dir: Path | None, ranks: Sequence[int]) -> dict[int, str]:
+    """Where each rank's last heartbeat record saw its main thread, in the user's code."""
+    places: dict[int, str] = {}
+    if heartbeat_dir is None:
+        return places
+    for rank in ranks:
+        beat = heartbeat_file.read(rank, heartbeat_file.path(heartbeat_dir, rank))
+        if beat is not None:
+            place = user_frame(beat.frames, also_skip=("<string>", "safelaunch/rank/"))
+            if place is not None:
+                places[rank] = place
+    return places
