@@ -133,7 +133,7 @@ SETUP: tuple[Signature, ...] = (
         id="collective-timeout",
         klass=COMMUNICATION,
         patterns=(
-            r"Timed out waiting \d+ms for recv operation",
+            r"Timed out waiting \d+ms for (?:recv|send) operation",
             r"failed to pass monitoredBarrier",
             r"Watchdog caught collective operation timeout",
             r"watchdog got stuck",

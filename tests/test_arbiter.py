@@ -1,0 +1,173 @@
+"""The culprit arbiter: generated evidence, generated divergences, two real Gloo faults."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from builders import read_report
+from conftest import launch, line_of, worker
+
+from safelaunch.diagnose.arbiter import TIERS, Item, Source, Tier, decide, headline
+from safelaunch.diagnose.witnesses import error_text_items, flight_items
+from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics
+
+SEEDS = range(200)
+
+
+def _items(rng: random.Random, world: int) -> list[Item]:
+    items = []
+    for _ in range(rng.randint(0, 6)):
+        ranks = tuple(sorted(rng.sample(range(world), rng.randint(0, min(3, world)))))
+        items.append(
+            Item(
+                source=rng.choice(list(Source)),
+                tier=rng.choice(TIERS),
+                ranks=ranks,
+                says=f"blames {ranks}",
+            )
+        )
+    return items
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_strongest_tier_decides_and_disagreement_names_no_one(seed: int) -> None:
+    rng = random.Random(seed)
+    items = _items(rng, rng.randint(2, 16))
+    verdict = decide(items)
+    blaming = [i for i in items if i.ranks]
+    if not blaming:
+        assert verdict.culprits == () and verdict.decided_by is None
+        assert headline(verdict) is None
+        return
+    strongest = min(TIERS.index(i.tier) for i in blaming)
+    top = [i for i in blaming if TIERS.index(i.tier) == strongest]
+    shared = set.intersection(*(set(i.ranks) for i in top))
+    assert set(verdict.culprits) == shared
+    if shared:
+        assert verdict.decided_by in top
+        # every weaker item is either agreeing or disagreeing, never lost
+        assert len(verdict.agreeing) + len(verdict.disagreeing) == len(blaming) - 1
+        assert not any(set(i.ranks) & shared for i in verdict.disagreeing)
+        assert str(verdict.decided_by.source) in (headline(verdict) or "")
+    else:  # the strongest evidence disagrees: no culprit, and the line says so
+        assert verdict.decided_by is None
+        assert "disagrees" in (headline(verdict) or "")
+
+
+def _plain_divergence(calls: dict[int, str], seq: int) -> Divergence:
+    """As flights/check.py's plain comparison words it: who differs from the lowest rank."""
+    ranks = tuple(sorted(calls))
+    reference = calls[ranks[0]]
+    return Divergence(
+        group="0",
+        desc="default_pg",
+        ranks=ranks,
+        seq=seq,
+        call=reference,
+        kind=DivergenceKind.MISMATCH,
+        missing=(),
+        no_record=(),
+        differ=tuple((r, c) for r, c in sorted(calls.items()) if c != reference),
+        detail=None,
+    )
+
+
+def _forensics(*divergences: Divergence) -> Forensics:
+    return Forensics(
+        recorded=divergences[0].ranks,
+        divergences=divergences,
+        p2p=(),
+        analyser="torch",
+        directory=Path("/nonexistent"),
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_mismatch_blames_the_minority_even_when_it_is_the_lowest_rank(seed: int) -> None:
+    rng = random.Random(seed)
+    world = rng.randint(2, 9)
+    culprit = rng.randrange(world)  # rank 0, the comparison's reference, included
+    n = rng.choice([4, 8, 1024])
+    wrong = rng.choice([f"all_reduce(float32[{n + 1}])", f"all_reduce(float64[{n}])", "barrier()"])
+    calls = {r: wrong if r == culprit else f"all_reduce(float32[{n}])" for r in range(world)}
+    items = flight_items(_forensics(_plain_divergence(calls, rng.randint(0, 50))))
+    if world == 2:  # one against one: the records cannot say which is odd
+        assert items == []
+        return
+    assert [i.ranks for i in items] == [(culprit,)]
+    assert items[0].tier == Tier.CONTENT and wrong in items[0].says
+
+
+def _fingerprint(shape: int) -> str:
+    return f"CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[{shape}], x)"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_detail_texts_are_counted_over_every_rank_that_raised_them(seed: int) -> None:
+    rng = random.Random(seed)
+    world = rng.randint(3, 8)
+    culprit = rng.randrange(world)
+    shape = {r: 5 if r == culprit else 4 for r in range(world)}
+    texts = {}
+    for rank in rng.sample(range(world), rng.randint(2, world)):  # not every rank raises
+        other = culprit if rank != culprit else rng.choice([r for r in range(world) if r != rank])
+        texts[rank] = (
+            "RuntimeError: Detected mismatch between collectives on ranks. "
+            f"Rank {rank} is running collective: {_fingerprint(shape[rank])}, but "
+            f"Rank {other} is running collective: {_fingerprint(shape[other])}."
+        )
+    items = error_text_items(texts, range(world))
+    seen = {int(r) for t in texts.values() for r in __import__("re").findall(r"Rank (\d+)", t)}
+    if len(seen - {culprit}) >= 2:
+        assert [i.ranks for i in items] == [(culprit,)]
+    else:
+        assert items == []  # one against one: no majority
+
+
+def test_a_rank_torch_names_in_a_monitored_barrier_is_behind() -> None:
+    text = "RuntimeError: Ranks 1, 3 failed to pass monitoredBarrier in 10000 ms"
+    (item,) = error_text_items({0: text}, range(4))
+    assert item.ranks == (1, 3) and item.tier == Tier.BEHIND
+    assert error_text_items({0: text}, range(2)) == []  # not this job's ranks
+
+
+CASES = worker("culprit_cases.py")
+
+
+def _fault(tmp_path: Path, case: str, culprit: int):
+    return launch(
+        tmp_path,
+        "--nproc-per-node=3",
+        "--hang-timeout=30",
+        "--isolate=never",
+        CASES,
+        env={"CASE": case, "CULPRIT": str(culprit)},
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "source", "line"),
+    [("size", "flight-record", "dist.all_reduce(batch)"), ("sleep", "flight-record", "time.sleep")],
+)
+def test_the_culprit_is_named_though_a_peer_failed_first(
+    tmp_path: Path, case: str, source: str, line: str
+) -> None:
+    culprit = random.Random(case).randrange(3)
+    run = _fault(tmp_path, case, culprit)
+    report = read_report(run.attempt())
+    diagnosis = report["diagnosis"]
+    assert [c["rank"] for c in diagnosis["culprits"]] == [culprit], run.stderr
+    (named,) = diagnosis["culprits"]
+    assert named["decided_by"]["source"] == source
+    assert named["location"].startswith(f"{CASES}:{line_of(CASES, line)} "), named
+    assert diagnosis["root_cause_rank"] == culprit
+    assert f"FAILED: rank {culprit} " in run.stderr
+    first = report["first_failure"]
+    if first != culprit:  # the first to fail is shown, as weaker evidence
+        assert any(d["ranks"] == [first] for d in diagnosis["disagreeing"]), diagnosis
+        assert f"blames rank {first} instead" in run.stderr
+    assert run.returncode != 0
