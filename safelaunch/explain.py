@@ -18,14 +18,17 @@ from safelaunch.cause import (
     known_class_line,
     next_lines,
 )
-from safelaunch.diagnose.errortext import last_lines
+from safelaunch.diagnose import witnesses
+from safelaunch.diagnose.arbiter import Verdict, decide, verdict_lines
+from safelaunch.diagnose.errortext import ErrorSource, last_lines
 from safelaunch.diagnose.layouts import LogSet, RankLog, load
 from safelaunch.diagnose.leaving import describe_leave
 from safelaunch.diagnose.match import non_finite_loss
-from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause
+from safelaunch.diagnose.rootcause import RankEvidence, RootCause, find_root_cause, follow_verdict
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.exitcodes import signal_name
 from safelaunch.flights import found
+from safelaunch.flights.forensics import Forensics
 from safelaunch.outcome import AttemptStatus
 from safelaunch.ranktext import ranks_label
 from safelaunch.vocab import word_of
@@ -39,6 +42,7 @@ class LogVerdict:
     log: RankLog | None  # the root cause's log
     non_finite: tuple[tuple[int, str], ...]
     status: AttemptStatus | None = None  # safelaunch's own verdict, where report.json has one
+    verdict: Verdict | None = None  # the arbiter's, from what the logs and records show
 
 
 def _failed(rank: RankLog) -> bool:
@@ -65,15 +69,30 @@ def evidence(logs: LogSet, table: Sequence[Signature]) -> list[RankEvidence]:
     ]
 
 
-def judge(logs: LogSet, table: Sequence[Signature] = SIGNATURES) -> LogVerdict:
-    """The same rule as the live run: find_root_cause over every rank's evidence."""
+def judge(
+    logs: LogSet, table: Sequence[Signature] = SIGNATURES, forensics: Forensics | None = None
+) -> LogVerdict:
+    """The same rules as the live run: find_root_cause over every rank's evidence, then
+    the arbiter over what the logs and the flight records found show."""
     non_finite = tuple((r.rank, line) for r in logs.ranks if (line := non_finite_loss(r.text)))
     status = word_of(str(logs.report.get("status")), AttemptStatus)
     if status in (AttemptStatus.SUCCEEDED, AttemptStatus.HUNG, AttemptStatus.INTERRUPTED):
         return LogVerdict(root=None, log=None, non_finite=non_finite, status=status)
-    root = find_root_cause(evidence(logs, table), table, logs.root_hint)
+    ranks = evidence(logs, table)
+    root = find_root_cause(ranks, table, logs.root_hint)
+    verdict = None
+    if root is not None:
+        items = [
+            witnesses.first_failure(root),
+            *witnesses.flight_items(forensics),
+            *witnesses.error_text_items(
+                {r.rank: r.text for r in logs.ranks}, [r.rank for r in logs.ranks]
+            ),
+        ]
+        verdict = decide(items)
+        root = follow_verdict(root, verdict, ranks, table)
     log = next((r for r in logs.ranks if root is not None and r.rank == root.rank), None)
-    return LogVerdict(root=root, log=log, non_finite=non_finite, status=status)
+    return LogVerdict(root=root, log=log, non_finite=non_finite, status=status, verdict=verdict)
 
 
 def _hang_lines(report: dict[str, Any]) -> list[str]:
@@ -158,6 +177,8 @@ def _root_lines(verdict: LogVerdict, hosts: dict[int, str], seqs: dict[int, int]
         seen=root.seen,
     )
     lines = [f"root cause: rank {root.rank}{where}", *cause_lines(view)]
+    anchored = root.error is not None and root.error.source == ErrorSource.EVIDENCE
+    lines.extend(verdict_lines(verdict.verdict, anchored=anchored))
     lines.extend(consequence_lines(root.consequences))
     return lines
 
@@ -187,5 +208,6 @@ def render(where: str, logs: LogSet, verdict: LogVerdict) -> str:
 def explain(where: str, table: Sequence[Signature] = SIGNATURES) -> str:
     """Load, judge, render."""
     logs = load(where)
-    flight = found.explain_lines(Path(where)) if where != "-" else []
-    return "\n".join([render(where, logs, judge(logs, table)), *flight])
+    forensics, files = found.found_under(Path(where)) if where != "-" else (None, 0)
+    verdict = judge(logs, table, forensics)
+    return "\n".join([render(where, logs, verdict), *found.explain_lines(forensics, files)])

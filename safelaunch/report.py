@@ -14,13 +14,15 @@ from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.writing import shown_path, write_file
 from safelaunch.vocab import UNKNOWN
 
+if TYPE_CHECKING:
+    from safelaunch.diagnose.arbiter import Verdict
+
 if TYPE_CHECKING:  # only for multi-node jobs
     from safelaunch.diagnose.nodes import JobVerdict
     from safelaunch.rendezvous import Placement
 # What only a failure's summary and record use (the root-cause block, flight records, how
 # ranks left) is imported there: a job that succeeds never loads it (diagnose/__init__.py).
 if TYPE_CHECKING:
-    from safelaunch.diagnose.arbiter import Verdict
     from safelaunch.diagnose.signatures import Signature
     from safelaunch.flights.forensics import Forensics
     from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
@@ -87,7 +89,9 @@ def render_hang(
     lines.extend(_whereabouts(group, hang.culprits) for group in hang.groups)
     lines.extend(f"  rank {rank} had already ended: {how}" for rank, how in hang.exited)
     agrees = verdict is None or set(verdict.culprits) == set(hang.culprits)
-    judged = [] if agrees and hang.culprits else _verdict_lines(verdict, stacks_only=True)
+    from safelaunch.diagnose.arbiter import verdict_lines
+
+    judged = [] if agrees and hang.culprits else verdict_lines(verdict, stacks_only=True)
     if judged:
         lines.extend(judged)
     elif hang.culprits:
@@ -134,6 +138,7 @@ def _failure_lines(
     outcome: Outcome, diagnosis: Diagnosis, cause: RankResult, attempt: str, logs_kept: bool
 ) -> list[str]:
     from safelaunch.cause import CauseView, cause_lines, consequence_lines
+    from safelaunch.diagnose.arbiter import verdict_lines
     from safelaunch.diagnose.leaving import describe_leave, left_collectives
 
     leave = diagnosis.leaves.get(cause.rank)
@@ -160,35 +165,13 @@ def _failure_lines(
     )
     lines.extend(cause_lines(view))
     anchored = diagnosis.error is not None and diagnosis.error.source == "evidence"
-    lines.extend(_verdict_lines(diagnosis.verdict, anchored=anchored))
+    lines.extend(verdict_lines(diagnosis.verdict, anchored=anchored))
     followed = dict(diagnosis.consequences)
     others = [r for r in outcome.ranks if r.rank != cause.rank and r.rank not in followed]
     lines.extend(_group_lines(others))
     lines.extend(consequence_lines(diagnosis.consequences))
     lines.extend(flight_lines(diagnosis.collectives))
     return lines
-
-
-def _verdict_lines(
-    verdict: Verdict | None, stacks_only: bool = False, anchored: bool = False
-) -> list[str]:
-    """The arbiter's culprit and what disagrees with it; nothing where it adds nothing.
-
-    `stacks_only`: a hang, whose "likely culprit" line already says what the stacks say.
-    `anchored`: a failure whose block above names the arbiter's culprit with its evidence.
-    """
-    if verdict is None:
-        return []
-    from safelaunch.diagnose.arbiter import Source, disagreement_lines, headline
-
-    decided = verdict.decided_by
-    said = {Source.STACKS} if stacks_only else {Source.FIRST_FAILURE}
-    if decided is not None and anchored:
-        return [f"  decided by: {decided.source} ({decided.tier})", *disagreement_lines(verdict)]
-    if decided is not None and decided.source in said:
-        return disagreement_lines(verdict)
-    line = headline(verdict)
-    return [f"  {line}", *disagreement_lines(verdict)] if line else []
 
 
 def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = True) -> str:

@@ -133,7 +133,7 @@ def diagnose(
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
     from safelaunch.diagnose.leaving import read_counts, read_leaves, read_seqs
-    from safelaunch.diagnose.rootcause import find_root_cause
+    from safelaunch.diagnose.rootcause import find_root_cause, follow_verdict
     from safelaunch.flights.forensics import for_attempt
     from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang
 
@@ -165,7 +165,7 @@ def diagnose(
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
     verdict = _weigh(found, hang, collectives, texts, outcome, heartbeat_dir)
-    found = _anchored(found, verdict, evidence, table, heartbeat_dir)
+    found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
     return Diagnosis(
@@ -216,26 +216,6 @@ def _weigh(
             placed = replace(verdict.decided_by, location=places[verdict.culprits[0]])
             verdict = replace(verdict, decided_by=placed)
     return verdict
-
-
-def _anchored(
-    found: RootCause,
-    verdict: Verdict,
-    evidence: Sequence[RankEvidence],
-    table: Sequence[Signature],
-    heartbeat_dir: Path | None,
-) -> RootCause:
-    """The root cause is the arbiter's one culprit when the evidence names another rank
-    than the first failure (the summary, exit code and report follow it)."""
-    if len(verdict.culprits) != 1 or verdict.culprits[0] == found.rank:
-        return found
-    from safelaunch.diagnose.errortext import ErrorSource, ErrorText
-    from safelaunch.diagnose.rootcause import named_cause
-
-    decided = verdict.decided_by
-    assert decided is not None  # a culprit is always decided by an item
-    why = ErrorText(line=decided.says, location=verdict.location(), source=ErrorSource.EVIDENCE)
-    return named_cause(evidence, verdict.culprits[0], why, verdict.klass() or found.klass, table)
 
 
 def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:

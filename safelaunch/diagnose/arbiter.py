@@ -146,6 +146,27 @@ def disagreement_lines(verdict: Verdict) -> list[str]:
     ]
 
 
+def verdict_lines(
+    verdict: Verdict | None, stacks_only: bool = False, anchored: bool = False
+) -> list[str]:
+    """The summary's lines on the culprit and what disagrees; nothing where they add nothing.
+
+    `stacks_only`: a hang, whose "likely culprit" line already says what the stacks say;
+    else a failure, whose block already says what the first failure's error says.
+    `anchored`: the block above names the arbiter's culprit with its evidence.
+    """
+    if verdict is None:
+        return []
+    decided = verdict.decided_by
+    said = {Source.STACKS} if stacks_only else {Source.FIRST_FAILURE}
+    if decided is not None and anchored:
+        return [f"  decided by: {decided.source} ({decided.tier})", *disagreement_lines(verdict)]
+    if decided is not None and decided.source in said:
+        return disagreement_lines(verdict)
+    line = headline(verdict)
+    return [f"  {line}", *disagreement_lines(verdict)] if line else []
+
+
 def _item_record(item: Item) -> dict[str, object]:
     return {"source": item.source, "ranks": list(item.ranks), "says": item.says}
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from safelaunch.diagnose.arbiter import Verdict
 from safelaunch.diagnose.errortext import ErrorSource, ErrorText, error_text, last_lines
 from safelaunch.diagnose.layerclass import Stage, describe, layer_class
 from safelaunch.diagnose.layers import read_fault
@@ -296,3 +297,18 @@ def named_cause(
         klass=klass,
         consequences=consequences,
     )
+
+
+def follow_verdict(
+    found: RootCause,
+    verdict: Verdict,
+    ranks: Sequence[RankEvidence],
+    table: Sequence[Signature] = SIGNATURES,
+) -> RootCause:
+    """The root cause is the arbiter's one culprit where the evidence names another rank
+    than the first failure (the summary, exit code, report and explain follow it)."""
+    decided = verdict.decided_by
+    if len(verdict.culprits) != 1 or verdict.culprits[0] == found.rank or decided is None:
+        return found
+    why = ErrorText(line=decided.says, location=verdict.location(), source=ErrorSource.EVIDENCE)
+    return named_cause(ranks, verdict.culprits[0], why, verdict.klass() or found.klass, table)

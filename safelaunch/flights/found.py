@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from safelaunch.diagnose.reading import inside, walk
-from safelaunch.flights.forensics import examine, lines
+from safelaunch.flights.forensics import Forensics, examine, lines
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir import flight_file, layout
 
@@ -55,18 +55,22 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def explain_lines(where: Path) -> list[str]:
-    """explain's section on the flight records found below `where`."""
+def found_under(where: Path) -> tuple[Forensics | None, int]:
+    """The flight records found below `where`, compared; and how many files there were."""
     latest = layout.latest(where)  # a log directory: its latest run, as explain reads its logs
     # os.path: False, not an OSError, for a path past the system's limit (a deep PATH)
     if os.path.isdir(latest) and inside(where, latest):
         where = latest.resolve()
     files = records_under(where) if os.path.isdir(where) else []
-    forensics = examine(files, {}, files[0].parent) if files else None
+    return (examine(files, {}, files[0].parent) if files else None), len(files)
+
+
+def explain_lines(forensics: Forensics | None, files: int) -> list[str]:
+    """explain's section on the flight records found below the path it was given."""
     if forensics is None:
         return []
     return [
-        f"flight records: {len(files)} file(s) in {forensics.directory} "
+        f"flight records: {files} file(s) in {forensics.directory} "
         f"({ranks_label(forensics.recorded)})",
         *(f"  collectives: {line}" for line in lines(forensics)),
     ]
