@@ -29,6 +29,9 @@ class CauseView:
     crashed_at_exit: bool = False
     log: str | None = None
     seen: str | None = None  # class unknown: what its traceback's layers showed
+    # the job asked for or used NCCL (or its backend is not known): else NCCL's advice
+    # (NCCL_DEBUG, bisecting NCCL_P2P_DISABLE, ...) is left out, it cannot apply
+    nccl: bool = True
 
 
 def known_class_line(klass: str, signature_id: str, meaning: str) -> str:
@@ -72,7 +75,10 @@ def cause_lines(view: CauseView) -> list[str]:
         lines.append(
             "  then:  it crashed at exit (torch/Gloo teardown abort): the error above is the cause"
         )
-    lines.extend(next_lines((signature.next_steps if signature else ())[:4]))
+    steps = signature.next_steps if signature else ()
+    if not view.nccl:
+        steps = tuple(step for step in steps if "NCCL_" not in step)
+    lines.extend(next_lines(steps[:4]))
     if view.log is not None:
         lines.append(f"  log:   {view.log}")
     return lines

@@ -127,6 +127,7 @@ class Outcome:
     hang: HangEvidence | None = None
     timebox_note: str | None = None  # an isolation rerun: why it was stopped early
     peer_event: NodeStop | None = None  # multi-node: another node made this one stop
+    multinode: bool = False  # one node of several: its ranks are not the whole job
 
     @property
     def retryable(self) -> bool:
@@ -215,4 +216,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         hang=record.hang,
         timebox_note=record.timebox_note,
         peer_event=record.peer_event,
+        multinode=record.plan.node is not None,
     )

@@ -162,6 +162,7 @@ def _failure_lines(
         crashed_at_exit=diagnosis.crashed_at_exit,
         log=shown_path(cause.log_path) if logs_kept else None,  # no log: no path named
         seen=diagnosis.seen,
+        nccl=diagnosis.nccl,
     )
     lines.extend(cause_lines(view))
     anchored = diagnosis.error is not None and diagnosis.error.source == "evidence"
@@ -374,4 +375,12 @@ def job_record(place: Placement, job: JobVerdict) -> dict[str, Any]:
         "root_node": job.root_node,
         "lost_nodes": list(job.lost),
         "summary": list(job.lines),
+        **_job_culprits(job),
     }
+
+
+def _job_culprits(job: JobVerdict) -> dict[str, Any]:
+    """The job's `verdict`, `culprits` (with node and host) and `disagreeing`."""
+    from safelaunch.diagnose.arbiter import record
+
+    return record(job.verdict, dict(job.placed or {}))

@@ -119,8 +119,8 @@ def test_the_first_node_names_the_culprit_on_another_node(tmp_path: Path) -> Non
 def test_a_hang_is_placed_on_the_node_where_the_culprit_is(tmp_path: Path) -> None:
     results = _two_nodes(tmp_path, _c10d(_port(), "--hang-timeout=3"), env={"HANG_RANK": "3"})
     assert [code for code, _, _ in results] == [124, 124], results[0][2]
-    for _, _, err in results:
-        assert "job (2 nodes): HUNG on node" in err
+    for _, _, err in results:  # the job's verdict, weighed from both nodes' evidence
+        assert "job (2 nodes): HUNG: culprit: rank 3 (node 1, host " in err, err
     job = _report(tmp_path, 0)["job"]
     culprit_node = job["root_node"]
     report = _report(tmp_path, culprit_node)
@@ -331,3 +331,44 @@ def test_an_unreachable_store_is_said_within_seconds_with_what_was_tried(
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert_no_orphans(mark, within=3.0)
+
+
+def _nodes(tmp_path: Path, count: int, per_node, env=None, timeout: float = 150):
+    started = [_start(tmp_path, n, per_node(n), env) for n in range(count)]
+    results = []
+    for proc, mark in started:
+        out, err = proc.communicate(timeout=timeout)
+        results.append((proc.returncode, out, err))
+        assert_no_orphans(mark, within=3.0)
+    return results
+
+
+def test_every_node_prints_the_same_job_verdict_naming_a_rank_stuck_on_one(
+    tmp_path: Path,
+) -> None:
+    """4 nodes x 2 ranks, one rank (drawn) asleep before a collective: each node judged only
+    its own ranks, and six of eight ranks' nodes saw nothing odd; the job verdict is one."""
+    nodes, culprit = 4, random.Random(24).randrange(8)
+    port = _port()
+
+    def flags(node: int) -> list[str]:
+        return ["--nnodes=4", *_c10d(port, "--hang-timeout=3")(node)[1:]]
+
+    results = _nodes(tmp_path, nodes, flags, env={"HANG_RANK": str(culprit)})
+    assert [code for code, _, _ in results] == [124] * nodes, results[0][2]
+    sleep_line = next(
+        i for i, line in enumerate(Path(JOB).read_text().splitlines(), 1) if "time.sleep" in line
+    )
+    verdicts = set()
+    for _, _, err in results:
+        (line,) = [text for text in err.splitlines() if "job (4 nodes): HUNG: culprit:" in text]
+        verdicts.add(line.split("job (4 nodes): ", 1)[1])
+        assert "look for a cause outside the job" not in err  # no node says so of its part
+    (verdict,) = verdicts  # the same words on every node
+    node = culprit // 2
+    assert f"culprit: rank {culprit} (node {node}, host " in verdict, verdict
+    assert f"{JOB}:{sleep_line} in <module>" in verdict, verdict
+    for n in range(nodes):
+        job = _report(tmp_path, n)["job"]
+        assert [c["rank"] for c in job["culprits"]] == [culprit]
+        assert job["culprits"][0]["node"] == node and job["root_node"] == node

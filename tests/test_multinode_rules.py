@@ -512,7 +512,7 @@ def test_a_node_summary_is_its_report_json_projected(tmp_path, stopped_by_peer: 
     report["job"] = job_record(place, job)
     written = json.loads(json.dumps(report))  # as report.json holds it
 
-    node_only = {"node", "host", "ending", "consequence"}
+    node_only = {"node", "host", "ending", "consequence", "evidence"}  # evidence: jobwide.py
     assert {k: v for k, v in sent.items() if k not in node_only} == project(written)
     assert (sent["node"], sent["host"]) == (written["job"]["node"], written["job"]["hosts"][1])
 

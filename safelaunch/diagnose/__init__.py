@@ -29,6 +29,7 @@ from safelaunch.vocab import COMMUNICATION, UNKNOWN, FailureClass
 if TYPE_CHECKING:
     from safelaunch.diagnose.arbiter import Verdict
     from safelaunch.diagnose.errortext import ErrorText
+    from safelaunch.diagnose.jobwide import RankPlace
     from safelaunch.diagnose.leaving import Leave
     from safelaunch.diagnose.rootcause import RankEvidence, RootCause
     from safelaunch.flights.forensics import Forensics
@@ -64,6 +65,8 @@ class Diagnosis:
     last_lines: tuple[str, ...] = ()  # the root cause's log ends, when it has no error line
     seen: str | None = None  # class unknown: what the traceback's layers showed
     verdict: Verdict | None = None  # the arbiter's culprits from all the evidence
+    places: tuple[RankPlace, ...] = ()  # where each rank was: what a node ships (jobwide.py)
+    nccl: bool = True  # the ranks asked for or used NCCL, or wrote no backend record
 
 
 def hang_class(hang: HangAnalysis) -> FailureClass:
@@ -149,6 +152,7 @@ def diagnose(
         verdict = _weigh(None, hang, collectives, texts, outcome, heartbeat_dir)
         return Diagnosis(
             verdict=verdict,
+            places=_places(outcome, hang, heartbeat_dir),
             root_cause=None,
             error=None,
             hang=hang,
@@ -185,7 +189,47 @@ def diagnose(
         last_lines=() if found.error else tuple(last_lines(texts[root.rank])),
         seen=found.seen,
         verdict=verdict,
+        places=_places(outcome, hang, heartbeat_dir),
+        nccl=_nccl(outcome),
     )
+
+
+def _nccl(outcome: Outcome) -> bool:
+    """Whether NCCL's advice can apply: a rank asked for or used it, or none said."""
+    from safelaunch.rundir import comm_file
+
+    records = comm_file.read_all(outcome.attempt_dir).values()
+    named = {str(b).lower() for r in records for b in (r.requested, r.used) if b is not None}
+    return (
+        not records
+        or any("nccl" in b for b in named)
+        or any(r.requested is None and r.used is None for r in records)
+    )
+
+
+def _places(
+    outcome: Outcome, hang: HangAnalysis | None, heartbeat_dir: Path | None
+) -> tuple[RankPlace, ...]:
+    """Where every rank was: a hang's stacks, else the last heartbeat records."""
+    from safelaunch.diagnose.jobwide import RankPlace, places
+
+    fresher = {}
+    for group in hang.groups if hang is not None else ():
+        for rank in group.ranks:
+            fresher[rank] = RankPlace(
+                rank=rank,
+                activity=group.activity,
+                location=group.location,
+                waiting=group.waiting,
+                seq=group.seqs[0] if len(group.seqs) == 1 else None,
+                ended=None,
+            )
+    ended = {
+        r.rank: r.how_it_ended()
+        for r in outcome.ranks
+        if r.state in (RankEnding.FAILED, RankEnding.SUCCEEDED)
+    }
+    return places(heartbeat_dir, [r.rank for r in outcome.ranks], ended, fresher)
 
 
 def _weigh(

@@ -11,12 +11,14 @@ only a peer's death); the choice of a cause is rootcause.py's rule, applied to n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from safelaunch import exitcodes
-from safelaunch.diagnose import Diagnosis, describe_ending, read_tail
+from safelaunch.diagnose import Diagnosis, describe_ending, jobwide, read_tail
+from safelaunch.diagnose.arbiter import Verdict, decide, headline
+from safelaunch.diagnose.jobwide import NodeEvidence, unpack
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import after_cause, first_cause
 from safelaunch.diagnose.signatures import SIGNATURES
@@ -35,6 +37,8 @@ class JobVerdict:
     lines: tuple[str, ...]  # for the summary, root cause first
     lost: tuple[int, ...]  # nodes that never reported
     root_node: int | None = None
+    verdict: Verdict | None = None  # the arbiter's over every node's evidence
+    placed: Mapping[int, tuple[int, str]] | None = None  # rank -> (node, host)
 
     @property
     def retryable(self) -> bool:
@@ -71,7 +75,16 @@ def node_summary(
         "consequence": root is not None
         and diagnosis.signature is None
         and _only_consequences(root.log_path),
+        "evidence": _evidence(diagnosis),
     }
+
+
+def _evidence(diagnosis: Diagnosis) -> dict[str, Any] | None:
+    if not diagnosis.places and diagnosis.verdict is None:
+        return None
+    from safelaunch.diagnose.jobwide import pack
+
+    return pack(diagnosis.places, diagnosis.verdict)
 
 
 def _only_consequences(log: Path) -> bool:
@@ -92,6 +105,7 @@ class NodeSummary:
     consequence: bool  # that rank's log shows only a peer's death
     culprits: tuple[int, ...] = ()  # a hang's likely culprits
     hang_reason: str = ""
+    evidence: NodeEvidence | None = None  # its ranks' places and its arbiter's items
 
     @property
     def failed(self) -> bool:
@@ -118,6 +132,7 @@ def read_summary(data: Mapping[str, Any] | None) -> NodeSummary | None:
             consequence=bool(data["consequence"]),
             culprits=tuple(int(r) for r in hang["culprits"]) if hang else (),
             hang_reason=str(hang["reason"]) if hang else "",
+            evidence=unpack(int(data["node"]), str(data["host"]), data.get("evidence")),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -132,6 +147,38 @@ def _is_cause(summary: NodeSummary) -> bool:
 
 
 def conclude_job(
+    summaries: Sequence[NodeSummary | None],
+    hosts: Sequence[str],
+    first_stop: NodeStop | None,
+    lost_after: float,
+) -> JobVerdict:
+    """The job's verdict: status, exit code and root node from the nodes' summaries
+    (by_nodes), then the culprit from every node's evidence weighed together."""
+    job = by_nodes(summaries, hosts, first_stop, lost_after)
+    shipped = [s.evidence for s in summaries if s is not None and s.evidence is not None]
+    if job.status not in (AttemptStatus.FAILED, AttemptStatus.HUNG) or not shipped:
+        return job
+    verdict = decide(jobwide.job_items(shipped))
+    placed = {p.rank: (n.node, n.host) for n in shipped for p in n.ranks}
+    words = {rank: f"node {node}, host {host}" for rank, (node, host) in placed.items()}
+    line = headline(verdict, words)
+    job = replace(job, verdict=verdict, placed=placed)
+    if line is None:
+        return job
+    culprit_nodes = {placed[r][0] for r in verdict.culprits if r in placed}
+    root_node = min(culprit_nodes) if len(culprit_nodes) == 1 else job.root_node
+    if job.status == AttemptStatus.HUNG:
+        # one line per place where the job's ranks wait, then the culprit: the nodes'
+        # own lines judged only their ranks, and would contradict it or say nothing
+        kept = [text for text in job.lines if not text.startswith("HUNG on ")]
+        places = [f"  {text}" for text in jobwide.place_lines(shipped)]
+        return replace(job, lines=(f"HUNG: {line}", *places, *kept), root_node=root_node)
+    if job.root_node is not None and verdict.culprits and root_node != job.root_node:
+        return replace(job, lines=(line, *job.lines), root_node=root_node)
+    return replace(job, lines=(*job.lines[:1], f"  {line}", *job.lines[1:]))
+
+
+def by_nodes(
     summaries: Sequence[NodeSummary | None],
     hosts: Sequence[str],
     first_stop: NodeStop | None,

@@ -161,8 +161,15 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
     return sorted(groups, key=lambda g: (-len(g.ranks), g.ranks))
 
 
+SAME_PLACE = "every rank is at the same place: look for a cause outside the job"
+# one node of several sees only its own ranks: the others' may be elsewhere
+SAME_PLACE_HERE = (
+    "every rank of this node is at the same place; the job's verdict weighs every node"
+)
+
+
 def _culprits(
-    groups: list[Whereabouts], exited: list[tuple[int, str]]
+    groups: list[Whereabouts], exited: list[tuple[int, str]], multinode: bool = False
 ) -> tuple[tuple[int, ...], str]:
     """The first rule that singles out some ranks but not all of them."""
     everyone = {rank for group in groups for rank in group.ranks}
@@ -183,7 +190,7 @@ def _culprits(
         return elsewhere, "the others wait in a collective; it is not in one"
     if len(groups) > 1:
         return groups[-1].ranks, "it is not where the others are"
-    return (), "every rank is at the same place: look for a cause outside the job"
+    return (), SAME_PLACE_HERE if multinode else SAME_PLACE
 
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -298,7 +305,7 @@ def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
     live = {p.rank for p in evidence.ranks}
     exited = [(r.rank, r.how_it_ended()) for r in outcome.ranks if r.rank not in live]
     groups = _group(evidence)
-    culprits, reason = _culprits(groups, exited)
+    culprits, reason = _culprits(groups, exited, outcome.multinode)
     uneven = None if exited else uneven_reason(groups, culprits)
     stuck = min(silent_for(evidence, p.last_progress) for p in evidence.ranks)
     stacks = next(iter(evidence.stack_files.values()), None)
