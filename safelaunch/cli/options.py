@@ -259,6 +259,30 @@ LAUNCH_OPTIONS = (
         "which transport makes the failure go away?",
     ),
     _own(
+        "on-verdict",
+        default=None,
+        metavar="CMD",
+        help="Shell command run when an attempt or the job ends, the verdict in its "
+        "environment (SAFELAUNCH_VERDICT, ...; docs/on-verdict.md). Never changes the exit code.",
+    ),
+    _own(
+        "on-verdict-timeout",
+        type=FLOAT,
+        default=defaults.ON_VERDICT_TIMEOUT_S,
+        help="Seconds before the --on-verdict command is killed with its process group.",
+    ),
+    _own(
+        "metrics-port",
+        type=INT,
+        default=defaults.METRICS_PORT,
+        help="Serve OpenMetrics on this port (0: off; needs safelaunch[metrics]; docs/metrics.md).",
+    ),
+    _own(
+        "metrics-addr",
+        default=None,
+        help=f"Address --metrics-port binds [default: {defaults.METRICS_ADDR}].",
+    ),
+    _own(
         "color",
         choices=["auto", "always", "never"],
         default=defaults.COLOR,
