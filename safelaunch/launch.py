@@ -34,6 +34,7 @@ from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
     from safelaunch.attempt import Concluded
     from safelaunch.diagnose.signatures import Signature
+    from safelaunch.metrics_export import MetricsEndpoint
     from safelaunch.on_verdict import Notifier
     from safelaunch.rendezvous.membership import Membership
 
@@ -119,9 +120,12 @@ def run(config: LaunchConfig, console: Console) -> int:
     receiver = SignalReceiver(config.signals_to_handle, pass_on=not in_step(config.environ))
     keeper: Keeper | None = None
     membership: Membership | None = None
-    notifier = _notifier(config, identity, console)
+    notifier: Notifier | None = None
+    metrics: MetricsEndpoint | None = None
     code: int | None = None
     try:
+        metrics = _metrics(config, identity.run_dir)  # a taken port: 78 before any rank
+        notifier = _notifier(config, identity, console)
         become_subreaper()
         keeper = Keeper.start(identity.token, str(identity.private_dir))  # before any thread
         if config.origins:
@@ -152,6 +156,8 @@ def run(config: LaunchConfig, console: Console) -> int:
         _views(identity.run_dir)
         if notifier is not None:  # after the views: the run's pages are there to link to
             notifier.job_ended(code, sys.exc_info()[1])
+        if metrics is not None:
+            metrics.stop()
         if membership is not None:
             membership.leave(timeout=multinode.LEAVE_TIMEOUT)
         receiver.settle()  # the code is decided: a late SIGTERM must not replace it
@@ -182,6 +188,17 @@ def _views(run_dir: Path) -> None:
 
     with contextlib.suppress(Exception):
         write_views(run_dir, write_file)
+
+
+def _metrics(config: LaunchConfig, run_dir: Path) -> MetricsEndpoint | None:
+    """--metrics-port's endpoint; None without it (prometheus-client is then never loaded)."""
+    if not config.metrics_port:
+        return None
+    from safelaunch.metrics_export import serve
+
+    endpoint = serve(config.metrics_addr, config.metrics_port)
+    endpoint.watch(run_dir, config.max_restarts)
+    return endpoint
 
 
 def _notifier(config: LaunchConfig, identity: RunIdentity, console: Console) -> Notifier | None:
