@@ -241,6 +241,7 @@ def _told(
         exit_code=code,
         attempt_dir=plan.attempt_dir,
         restarting=restarting,
+        node=plan.node,
     )
 
 

@@ -247,8 +247,12 @@ class Notifier:
         exit_code: int,
         attempt_dir: Path,
         restarting: bool,
+        node: int | None = None,
     ) -> None:
-        """An attempt's verdict; the hook runs now when a restart follows."""
+        """An attempt's verdict; the hook runs now when a restart follows. `node`: this
+        launcher's, once a c10d rendezvous has given it one."""
+        if node is not None:
+            self._node_rank = node
         report = report_file.report(attempt_dir)
         self._last = self._verdict(
             HookEvent.ATTEMPT, line, status, exit_code, attempt, report if report.exists() else None

@@ -139,11 +139,15 @@ def test_two_pods_with_only_a_pytorchjobs_environment_train_to_exit_0(
             "KUBERNETES_SERVICE_HOST": "10.96.0.1",
             "KUBERNETES_SERVICE_PORT": "443",
             "PYTHONUNBUFFERED": "0",  # the operator's
-            "PIDS_DIR": str(where / "pids"),  # the manifest's own env: the job's worker reads it
+            # the manifest's own env: what the job's worker reads, and an --on-verdict alert
+            "PIDS_DIR": str(where / "pids"),
+            "SAFELAUNCH_ON_VERDICT": 'echo "$SAFELAUNCH_NODE_RANK $SAFELAUNCH_STATUS '
+            '$SAFELAUNCH_EXIT_CODE" > "$PIDS_DIR/verdict"',
             **pod_env(node),
             MARK_VAR: mark,
         }
         started.append((_popen(["safelaunch", JOB], where, env, text=True), mark))
+    told = set()
     for node, (proc, mark) in enumerate(started):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
@@ -151,6 +155,9 @@ def test_two_pods_with_only_a_pytorchjobs_environment_train_to_exit_0(
         # the operator's RANK/WORLD_SIZE/MASTER_* are the pod's, not a launcher's: no warning
         assert "already set in safelaunch's environment" not in err, err
         assert_no_orphans(mark, within=3.0)
+        told.add((tmp_path / f"pod{node}" / "pids" / "verdict").read_text())
+    # each node's alert: the job's verdict, with the node the rendezvous gave it
+    assert told == {"0 succeeded 0\n", "1 succeeded 0\n"}
 
 
 def test_the_manifests_command_is_a_launch_safelaunch_accepts() -> None:
