@@ -69,7 +69,7 @@ def test_a_live_gloo_job_is_scraped_per_rank_and_per_job(tmp_path: Path) -> None
     assert_no_orphans(mark, within=3.0)
     for rank in (0, 1):
         assert 0 <= _rank(later, "safelaunch_rank_heartbeat_age_seconds", rank) < 30
-        assert _rank(later, "safelaunch_rank_steps", rank) >= 2
+        assert _rank(later, "safelaunch_rank_steps", rank) > 0  # it rose: a rate
         collectives = _rank(later, "safelaunch_rank_collectives_total", rank)
         assert collectives > first.get(_key("safelaunch_rank_collectives_total", rank), 0) >= 0
         assert _rank(later, "safelaunch_rank_state", rank, safelaunch_rank_state="running") == 1
