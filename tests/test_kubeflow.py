@@ -34,6 +34,8 @@ VALUES = {
     "master_port": ["23456", "29500"],
     "role": ["trainer"],
     "standalone": ["0", "1"],
+    "logs_specs": ["plugin"],  # torchrun reads no PET_ variable for these two
+    "numa_binding": ["node"],
 }
 
 

@@ -176,8 +176,9 @@ LAUNCH_OPTIONS = (
     _torchrun("master-addr", default=None, help=f"MASTER_ADDR [default: {defaults.MASTER_ADDR}]."),
     _torchrun("master-port", default=None, type=INT, help="MASTER_PORT [default: a free port]."),
     _torchrun("local-addr", default=None, help="Address this node advertises."),
-    _torchrun("logs-specs", default=None, help="torchrun.logs_specs plugin name."),
-    _torchrun("numa-binding", default=None, choices=NUMA_BINDINGS),
+    # the two torchrun options without action=env: torchrun reads no PET_ variable for them
+    _torchrun("logs-specs", default=None, env=(), help="torchrun.logs_specs plugin name."),
+    _torchrun("numa-binding", default=None, env=(), choices=NUMA_BINDINGS),
     _torchrun(
         "signals-to-handle",
         default=",".join(s.name for s in defaults.SIGNALS_TO_HANDLE),
