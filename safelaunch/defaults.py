@@ -30,6 +30,9 @@ ISOLATE = "auto"  # auto | always | never
 ISOLATE_TIMEOUT_S = 600.0  # cap on each isolation rerun
 COLOR = "auto"  # auto | always | never
 STATUS_INTERVAL_S = 2.0  # between `safelaunch status --watch` refreshes
+ON_VERDICT_TIMEOUT_S = 10.0  # then the --on-verdict command is killed (docs/on-verdict.md)
+METRICS_PORT = 0  # 0: no OpenMetrics endpoint (docs/metrics.md)
+METRICS_ADDR = "127.0.0.1"  # loopback: a shared machine's other users cannot scrape it
 
 # --rdzv-conf keys, torch's defaults for the c10d rendezvous
 JOIN_TIMEOUT_S = 600

@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -31,7 +32,10 @@ from safelaunch.slurm import in_step
 from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open_attempt_logs
 
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
+    from safelaunch.attempt import Concluded
     from safelaunch.diagnose.signatures import Signature
+    from safelaunch.metrics_export import MetricsEndpoint
+    from safelaunch.on_verdict import Notifier
     from safelaunch.rendezvous.membership import Membership
 
 
@@ -116,7 +120,12 @@ def run(config: LaunchConfig, console: Console) -> int:
     receiver = SignalReceiver(config.signals_to_handle, pass_on=not in_step(config.environ))
     keeper: Keeper | None = None
     membership: Membership | None = None
+    notifier: Notifier | None = None
+    metrics: MetricsEndpoint | None = None
+    code: int | None = None
     try:
+        metrics = _metrics(config, identity.run_dir)  # a taken port: 78 before any rank
+        notifier = _notifier(config, identity, console)
         become_subreaper()
         keeper = Keeper.start(identity.token, str(identity.private_dir))  # before any thread
         if config.origins:
@@ -141,9 +150,14 @@ def run(config: LaunchConfig, console: Console) -> int:
             table=table,
             membership=membership,
         )
-        return _attempts(session)
+        code = _attempts(session, notifier)
+        return code
     finally:
         _views(identity.run_dir)
+        if notifier is not None:  # after the views: the run's pages are there to link to
+            notifier.job_ended(code, sys.exc_info()[1])
+        if metrics is not None:
+            metrics.stop()
         if membership is not None:
             membership.leave(timeout=multinode.LEAVE_TIMEOUT)
         receiver.settle()  # the code is decided: a late SIGTERM must not replace it
@@ -176,7 +190,62 @@ def _views(run_dir: Path) -> None:
         write_views(run_dir, write_file)
 
 
-def _attempts(session: Session) -> int:
+def _metrics(config: LaunchConfig, run_dir: Path) -> MetricsEndpoint | None:
+    """--metrics-port's endpoint; None without it (prometheus-client is then never loaded)."""
+    if not config.metrics_port:
+        return None
+    from safelaunch.metrics_export import serve
+
+    endpoint = serve(config.metrics_addr, config.metrics_port)
+    endpoint.watch(run_dir, config.max_restarts)
+    return endpoint
+
+
+def _notifier(config: LaunchConfig, identity: RunIdentity, console: Console) -> Notifier | None:
+    """--on-verdict's caller; None without the flag (on_verdict is then never imported)."""
+    if not config.on_verdict:
+        return None
+    from safelaunch.on_verdict import Notifier
+
+    return Notifier(
+        config.on_verdict,
+        timeout=config.on_verdict_timeout,
+        environ=config.environ,
+        run_id=identity.run_id,
+        run_dir=identity.run_dir,
+        node_rank=config.node_rank,
+        console=console,
+    )
+
+
+def _told(
+    notifier: Notifier | None,
+    plan: LaunchPlan,
+    concluded: Concluded,
+    status: str,
+    code: int,
+    restarting: bool,
+) -> None:
+    """The attempt's verdict to --on-verdict: the summary's first line and the error."""
+    if notifier is None:
+        return
+    from safelaunch.on_verdict import verdict_line
+    from safelaunch.report import render_summary  # loaded by now (attempt.JUDGING)
+
+    head = render_summary(concluded.outcome, concluded.diagnosis).split("\n", 1)[0]
+    error = concluded.report["diagnosis"]["error"] if status != "succeeded" else None
+    notifier.attempt_ended(
+        attempt=plan.attempt,
+        line=verdict_line(head, error if isinstance(error, str) else None),
+        status=status,
+        exit_code=code,
+        attempt_dir=plan.attempt_dir,
+        restarting=restarting,
+        node=plan.node,
+    )
+
+
+def _attempts(session: Session, notifier: Notifier | None = None) -> int:
     config, preflight, console = session.config, session.preflight, session.console
     receiver, membership = session.receiver, session.membership
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json
@@ -185,9 +254,16 @@ def _attempts(session: Session) -> int:
         if membership is not None:  # every node starts the attempt, or none does
             stopping, missing = membership.start_attempt(attempt, not late, multinode.START_TIMEOUT)
             if stopping or missing:
+                if notifier is not None:
+                    notifier.ended_between_attempts(
+                        f"stopped before attempt {attempt}: a node stopped or left", "interrupted"
+                    )
                 return multinode.not_starting(console, membership, attempt, stopping, missing, late)
         if late:  # a signal between attempts: do not start another
-            console.say(f"received {signal_name(late[0])} before the restart: stopping")
+            said = f"received {signal_name(late[0])} before the restart: stopping"
+            console.say(said)
+            if notifier is not None:
+                notifier.ended_between_attempts(said, "interrupted")
             return exitcodes.for_signal(late[0])
         placement = (
             membership.placement_for(attempt, multinode.START_TIMEOUT)
@@ -217,10 +293,13 @@ def _attempts(session: Session) -> int:
                     receiver=receiver,
                     shutdown_timeout=config.shutdown_timeout,
                 )
-                retry, code = job.retryable, job.code
+                retry, code, status = job.retryable, job.code, str(job.status)
                 closing = f"exit code {job.code} on every node" if job.lines else None
             else:
                 retry, code = concluded.outcome.retryable, concluded.code
+                status = str(concluded.outcome.status)
+            restarting = retry and attempt < config.max_restarts
+            _told(notifier, plan, concluded, status, code, restarting)
             if retry and attempt < config.max_restarts and closing is not None:
                 console.say(closing)  # a restart follows: this attempt's code, in its log
         finally:

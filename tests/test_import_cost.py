@@ -128,6 +128,9 @@ FAILURE_ONLY = (
     "safelaunch.diagnose.leaving",
     "safelaunch.diagnose.rootcause",
 )
+# Loaded only by a launch with their flag: --metrics-port (prometheus-client, an optional
+# extra: tens to hundreds of ms of imports) and --on-verdict.
+OPT_IN = ("prometheus_client", "safelaunch.metrics_export", "safelaunch.on_verdict")
 LAUNCH_AND_LIST = (
     "import atexit, sys\n"
     "listing = sys.argv[1]\n"
@@ -158,8 +161,10 @@ def test_a_job_that_succeeds_never_loads_the_failure_analysis(tmp_path: Path) ->
     assert code == 0
     assert "safelaunch.diagnose" in loaded and "safelaunch.report" in loaded
     assert not {m for m in loaded if m.startswith(FAILURE_ONLY)}
+    assert not {m for m in loaded if m.startswith(OPT_IN)}
     code, loaded = _launched(
         tmp_path, "import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(3)\n"
     )
     assert code == 3
     assert set(FAILURE_ONLY) - {"safelaunch.hangs.analysis"} <= loaded
+    assert not {m for m in loaded if m.startswith(OPT_IN)}  # not on a failure either

@@ -69,8 +69,12 @@ def test_real_interfaces_and_addresses_of_this_host() -> None:
 
 def test_nested_launch() -> None:
     assert nested_finding({}) is None
-    finding = nested_finding({"RANK": "3", "MASTER_PORT": "1"})
-    assert finding is not None and "RANK, MASTER_PORT" in finding.message
+    finding = nested_finding({"RANK": "3", "LOCAL_RANK": "1", "MASTER_PORT": "1"})
+    assert finding is not None and "RANK, LOCAL_RANK, MASTER_PORT" in finding.message
+    assert nested_finding({"TORCHELASTIC_RUN_ID": "x"}) is not None  # inside torchrun
+    # a scheduler's per-node variables (Kubeflow's PyTorchJob pod): no launch inside a launch
+    pod = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456"}
+    assert nested_finding(pod) is None
 
 
 def _launch(tmp_path: Path, *args: str, env: dict[str, str]):
@@ -92,10 +96,10 @@ def test_unresolvable_master_addr_is_one_line_before_anything_starts(tmp_path: P
 
 
 def test_warnings_are_said_once_and_strict_makes_them_fatal(tmp_path: Path) -> None:
-    result = _launch(tmp_path, env={"RANK": "5"})
+    result = _launch(tmp_path, env={"LOCAL_RANK": "5"})
     assert result.returncode == 0
-    assert result.stderr.count("safelaunch: warning: RANK already set") == 1
-    strict = _launch(tmp_path, "--strict", env={"RANK": "5"})
+    assert result.stderr.count("safelaunch: warning: LOCAL_RANK already set") == 1
+    strict = _launch(tmp_path, "--strict", env={"LOCAL_RANK": "5"})
     assert strict.returncode == exitcodes.PREFLIGHT
     assert "--strict made it fatal" in strict.stderr
 

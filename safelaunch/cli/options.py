@@ -176,8 +176,9 @@ LAUNCH_OPTIONS = (
     _torchrun("master-addr", default=None, help=f"MASTER_ADDR [default: {defaults.MASTER_ADDR}]."),
     _torchrun("master-port", default=None, type=INT, help="MASTER_PORT [default: a free port]."),
     _torchrun("local-addr", default=None, help="Address this node advertises."),
-    _torchrun("logs-specs", default=None, help="torchrun.logs_specs plugin name."),
-    _torchrun("numa-binding", default=None, choices=NUMA_BINDINGS),
+    # the two torchrun options without action=env: torchrun reads no PET_ variable for them
+    _torchrun("logs-specs", default=None, env=(), help="torchrun.logs_specs plugin name."),
+    _torchrun("numa-binding", default=None, env=(), choices=NUMA_BINDINGS),
     _torchrun(
         "signals-to-handle",
         default=",".join(s.name for s in defaults.SIGNALS_TO_HANDLE),
@@ -257,6 +258,30 @@ LAUNCH_OPTIONS = (
         flag=True,
         help="Also rerun with NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE=1 in turn: "
         "which transport makes the failure go away?",
+    ),
+    _own(
+        "on-verdict",
+        default=None,
+        metavar="CMD",
+        help="Shell command run when an attempt or the job ends, the verdict in its "
+        "environment (SAFELAUNCH_VERDICT, ...; docs/on-verdict.md). Never changes the exit code.",
+    ),
+    _own(
+        "on-verdict-timeout",
+        type=FLOAT,
+        default=defaults.ON_VERDICT_TIMEOUT_S,
+        help="Seconds before the --on-verdict command is killed with its process group.",
+    ),
+    _own(
+        "metrics-port",
+        type=INT,
+        default=defaults.METRICS_PORT,
+        help="Serve OpenMetrics on this port (0: off; needs safelaunch[metrics]; docs/metrics.md).",
+    ),
+    _own(
+        "metrics-addr",
+        default=None,
+        help=f"Address --metrics-port binds [default: {defaults.METRICS_ADDR}].",
     ),
     _own(
         "color",

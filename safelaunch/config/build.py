@@ -114,7 +114,7 @@ def check_text(raw: Mapping[str, Any]) -> None:
         if problem:
             flag = "the training script" if name == "training_script" else f"--{name}"
             raise ConfigError(f"{flag.replace('_', '-')}: the path {problem}", "use a shorter path")
-    for name in ("master_addr", "local_addr"):
+    for name in ("master_addr", "local_addr", "metrics_addr"):
         if raw.get(name):
             values.host(f"--{name.replace('_', '-')}", raw[name])
     if raw.get("rdzv_endpoint"):
@@ -201,6 +201,10 @@ def build_config(
         isolate_timeout=raw.get("isolate_timeout", defaults.ISOLATE_TIMEOUT_S),
         isolate_single=raw.get("isolate_single", False),
         isolate_nccl=raw.get("isolate_nccl", False),
+        on_verdict=raw.get("on_verdict") or None,
+        on_verdict_timeout=raw.get("on_verdict_timeout", defaults.ON_VERDICT_TIMEOUT_S),
+        metrics_port=raw.get("metrics_port", defaults.METRICS_PORT),
+        metrics_addr=raw.get("metrics_addr") or defaults.METRICS_ADDR,
         environ=MappingProxyType(dict(environ)),
         notices=notices,
     )

@@ -62,6 +62,8 @@ NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
     "shutdown_timeout": (0, values.WEEK_S),
     "hang_timeout": (0, values.WEEK_S),
     "isolate_timeout": (0.001, values.WEEK_S),
+    "on_verdict_timeout": (0.001, values.WEEK_S),
+    "metrics_port": (0, 65535),
 }
 
 
@@ -123,6 +125,10 @@ class LaunchConfig:
     isolate_timeout: float = defaults.ISOLATE_TIMEOUT_S  # cap on each isolation rerun, seconds
     isolate_single: bool = False  # also rerun with one rank
     isolate_nccl: bool = False  # also rerun with each NCCL transport disabled in turn
+    on_verdict: str | None = None  # the user's command, run at each verdict (on_verdict.py)
+    on_verdict_timeout: float = defaults.ON_VERDICT_TIMEOUT_S
+    metrics_port: int = defaults.METRICS_PORT  # 0: no OpenMetrics endpoint
+    metrics_addr: str = defaults.METRICS_ADDR
     # The launcher's environment when it started: the base of every rank's env.
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Flags accepted but without effect here, said once at start.

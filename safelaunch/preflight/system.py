@@ -26,6 +26,10 @@ SHM_MIN = 1 << 30  # below this DataLoader workers die with "Bus error" on real 
 NOFILE_MIN = 4096  # sockets per peer, DataLoader pipes and files add up per rank
 MEMLOCK_MIN = 64 << 20  # RDMA (InfiniBand, GPUDirect) registers memory it must pin
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+# Set per process by a launcher (torchrun, deepspeed, accelerate, mpirun's torch wrappers),
+# never per node by a scheduler: Kubeflow's PyTorchJob (and PAI, SageMaker, ...) give each
+# pod RANK, WORLD_SIZE and MASTER_* for its node, which is no launch inside a launch.
+PER_PROCESS_VARS = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,9 +151,10 @@ def interface_findings(environ: Mapping[str, str], interfaces: Sequence[str]) ->
 
 
 def nested_finding(environ: Mapping[str, str]) -> Finding | None:
-    """Launch variables already set: safelaunch inside another launcher?"""
-    present = [name for name in LAUNCH_VARS if name in environ]
-    if not present:
+    """Launch variables already set: safelaunch inside another launcher? Only a launcher's
+    per-process variables say so; a scheduler's per-node ones alone do not."""
+    present = [name for name in dict.fromkeys(LAUNCH_VARS + PER_PROCESS_VARS) if name in environ]
+    if not any(name in environ for name in PER_PROCESS_VARS):
         return None
     return Finding(
         level=WARNING,
