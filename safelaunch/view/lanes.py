@@ -122,7 +122,19 @@ def _where(report: Mapping[str, Any]) -> dict[int, str]:
     return places
 
 
+def _verdict(report: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The arbiter's verdict: the job's (every node's evidence) where there is one."""
+    job = report.get("job")
+    if isinstance(job, Mapping) and job.get("verdict"):
+        return job
+    diagnosis = report.get("diagnosis")
+    return diagnosis if isinstance(diagnosis, Mapping) else {}
+
+
 def _culprits(report: Mapping[str, Any]) -> tuple[int, ...]:
+    named = _verdict(report).get("culprits")
+    if isinstance(named, list) and named:
+        return tuple(int(c["rank"]) for c in named if isinstance(c, Mapping) and "rank" in c)
     hang = report.get("hang")
     if hang and hang.get("culprits"):
         return tuple(int(r) for r in hang["culprits"])
@@ -148,6 +160,9 @@ def _headline(report: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
         details.extend(str(diagnosis[k]) for k in ("error", "location") if diagnosis.get(k))
     else:
         headline = status
+    verdict = _verdict(report).get("verdict")
+    if verdict:  # who broke it, on what evidence: first
+        details.insert(0, str(verdict))
     if diagnosis.get("summary"):
         details.append(str(diagnosis["summary"]))
     return headline, tuple(details)
