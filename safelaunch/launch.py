@@ -311,11 +311,18 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
 
                 isolate(session, plan, concluded)
             elif retry:
-                console.say("isolation: no Gloo rerun: not available for multi-node jobs yet")
+                console.say(MULTINODE_NO_RERUN)
             if closing is not None:  # the last line printed, after any rerun
                 _say_in_attempt_log(console, plan, closing)
             return code
     raise AssertionError("unreachable: the last attempt always returns")
+
+
+MULTINODE_NO_RERUN = (
+    "isolation: no Gloo rerun: a multi-node job's rerun needs every node to rejoin a fresh "
+    "rendezvous together, and safelaunch reruns within one node only; the job verdict "
+    "above weighs every node's evidence"
+)
 
 
 def _say_in_attempt_log(console: Console, plan: LaunchPlan, text: str) -> None:
