@@ -149,10 +149,10 @@ def diagnose(
     )
     if no_cause:
         klass = hang_class(hang) if hang else None
-        verdict = _weigh(None, hang, collectives, texts, outcome, heartbeat_dir)
+        places = _places(outcome, hang, heartbeat_dir)
         return Diagnosis(
-            verdict=verdict,
-            places=_places(outcome, hang, heartbeat_dir),
+            verdict=_weigh(None, hang, collectives, texts, outcome, places),
+            places=places,
             root_cause=None,
             error=None,
             hang=hang,
@@ -168,7 +168,8 @@ def diagnose(
     found = find_root_cause(evidence, table)
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
-    verdict = _weigh(found, hang, collectives, texts, outcome, heartbeat_dir)
+    places = _places(outcome, hang, heartbeat_dir)
+    verdict = _weigh(found, hang, collectives, texts, outcome, places)
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -189,7 +190,7 @@ def diagnose(
         last_lines=() if found.error else tuple(last_lines(texts[root.rank])),
         seen=found.seen,
         verdict=verdict,
-        places=_places(outcome, hang, heartbeat_dir),
+        places=places,
         nccl=_nccl(outcome),
     )
 
@@ -238,10 +239,10 @@ def _weigh(
     collectives: Forensics | None,
     texts: Mapping[int, str],
     outcome: Outcome,
-    heartbeat_dir: Path | None,
+    places: Sequence[RankPlace],
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
-    is placed where its last heartbeat record saw it."""
+    is placed where the hang's stacks, else its last heartbeat record, saw it."""
     from dataclasses import replace
 
     from safelaunch.diagnose import witnesses as w
@@ -255,9 +256,9 @@ def _weigh(
     ]
     verdict = decide(items)
     if verdict.culprits and verdict.location() is None and verdict.decided_by is not None:
-        places = w.last_places(heartbeat_dir, verdict.culprits)
-        if len(verdict.culprits) == 1 and verdict.culprits[0] in places:
-            placed = replace(verdict.decided_by, location=places[verdict.culprits[0]])
+        where = {p.rank: p.location for p in places if p.location}
+        if len(verdict.culprits) == 1 and verdict.culprits[0] in where:
+            placed = replace(verdict.decided_by, location=where[verdict.culprits[0]])
             verdict = replace(verdict, decided_by=placed)
     return verdict
 

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
-from safelaunch.diagnose.frames import user_frame
 from safelaunch.diagnose.rootcause import WAITING, RootCause
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
 from safelaunch.hangs.analysis import HangAnalysis
 from safelaunch.ranktext import ranks_label
-from safelaunch.rundir import heartbeat_file
 from safelaunch.vocab import COMMUNICATION, FailureClass
 
 
@@ -210,17 +207,3 @@ def _detail_items(calls: Mapping[int, str]) -> list[Item]:
             klass=COMMUNICATION,
         )
     ]
-
-
-def last_places(heartbeat_dir: Path | None, ranks: Sequence[int]) -> dict[int, str]:
-    """Where each rank's last heartbeat record saw its main thread, in the user's code."""
-    places: dict[int, str] = {}
-    if heartbeat_dir is None:
-        return places
-    for rank in ranks:
-        beat = heartbeat_file.read(rank, heartbeat_file.path(heartbeat_dir, rank))
-        if beat is not None:
-            place = user_frame(beat.frames, also_skip=("<string>", "safelaunch/rank/"))
-            if place is not None:
-                places[rank] = place
-    return places
