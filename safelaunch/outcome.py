@@ -12,6 +12,7 @@ from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
+from safelaunch.hangs.detection import Survivors
 from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
@@ -127,6 +128,8 @@ class Outcome:
     hang: HangEvidence | None = None
     timebox_note: str | None = None  # an isolation rerun: why it was stopped early
     peer_event: NodeStop | None = None  # multi-node: another node made this one stop
+    # a failure: where the ranks still alive were when it happened (taken before teardown)
+    survivors: Survivors | None = None
 
     @property
     def retryable(self) -> bool:
@@ -215,4 +218,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         hang=record.hang,
         timebox_note=record.timebox_note,
         peer_event=record.peer_event,
+        survivors=record.survivors,
     )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from safelaunch.diagnose.leaving import Leave
     from safelaunch.diagnose.rootcause import RankEvidence
     from safelaunch.flights.forensics import Forensics
-    from safelaunch.hangs.analysis import HangAnalysis
+    from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
 
 __all__ = [
     "LOG_TAIL",
@@ -62,6 +62,8 @@ class Diagnosis:
     seqs: Mapping[int, int] = field(default_factory=dict)  # last collective count per rank
     last_lines: tuple[str, ...] = ()  # the root cause's log ends, when it has no error line
     seen: str | None = None  # class unknown: what the traceback's layers showed
+    # a failure: where the ranks still alive were, taken before the teardown (outcome.survivors)
+    survivors: tuple[Whereabouts, ...] = ()
 
 
 def hang_class(hang: HangAnalysis) -> FailureClass:
@@ -133,9 +135,10 @@ def diagnose(
     from safelaunch.diagnose.leaving import read_counts, read_leaves, read_seqs
     from safelaunch.diagnose.rootcause import find_root_cause
     from safelaunch.flights.forensics import for_attempt
-    from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang
+    from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang, where_they_were
 
     hang = analyse_hang(outcome)
+    survivors = where_they_were(outcome.survivors.evidence) if outcome.survivors else ()
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = (
         for_attempt(outcome, hang)
@@ -153,6 +156,7 @@ def diagnose(
             non_finite=non_finite,
             collectives=collectives,
             stragglers=stragglers,
+            survivors=survivors,
         )
     leaves = read_leaves(heartbeat_dir)
     beats = read_counts(heartbeat_dir, [r.rank for r in outcome.ranks])
@@ -178,6 +182,7 @@ def diagnose(
         seqs=seqs,
         last_lines=() if found.error else tuple(last_lines(texts[root.rank])),
         seen=found.seen,
+        survivors=survivors,
     )
 
 

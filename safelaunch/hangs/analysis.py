@@ -92,11 +92,15 @@ def _read_dump(path: Path | None) -> Frames:
         return ()
 
 
-def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool) -> str | None:
+def _frozen(
+    rank: int, beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool
+) -> str | None:
     if state == "T":
         return "stopped (process state T: SIGSTOP or a debugger; place from its last heartbeat)"
     if state == "D":
         return "in uninterruptible sleep (process state D: stuck in the kernel, often I/O)"
+    if rank in evidence.unanswered:
+        return f"{evidence.unanswered[rank]} (process state {state}){_FROM_BEAT}"
     if not heartbeat:
         return None  # a --no-python rank: only its output was watched
     if beat is None:
@@ -104,6 +108,9 @@ def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bo
     if is_stale(beat, evidence.detected_at, evidence.interval, evidence.unseen):
         return _STALE  # how long, and in which process state: per group (_stale_text)
     return None
+
+
+_FROM_BEAT = "; place from its last heartbeat"
 
 
 # A rank whose heartbeat went stale, as ranks are grouped: without its seconds of silence
@@ -131,7 +138,7 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
         dumped = _read_dump(evidence.stack_files.get(progress.rank))
         frames = dumped or (beat.frames if beat else ())
         state = evidence.states.get(progress.rank, "?")
-        frozen = _frozen(beat, state, evidence, progress.heartbeat)
+        frozen = _frozen(progress.rank, beat, state, evidence, progress.heartbeat)
         activity = (
             frames[0][2] if frames else "an unknown place (no Python stack; judged by output)"
         )
@@ -159,6 +166,12 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
             )
         )
     return sorted(groups, key=lambda g: (-len(g.ranks), g.ranks))
+
+
+def where_they_were(evidence: HangEvidence) -> tuple[Whereabouts, ...]:
+    """The ranks in `evidence` grouped by where they were (most ranks first): a hang's, or
+    the survivors' of a failure (hangs/survivors.py), whose evidence has the same shape."""
+    return tuple(_group(evidence))
 
 
 def _culprits(

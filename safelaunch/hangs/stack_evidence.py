@@ -8,11 +8,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from safelaunch.flights.request import uses_collectives, wait_for_records
+from safelaunch.flights.request import FLIGHT_WAIT, catches, uses_collectives, wait_for_records
 from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Unseen
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.rundir import flight_file, stack_files
-from safelaunch.supervisor.procs import process_state, signal_pids
+from safelaunch.supervisor.procs import is_alive, process_state, signal_pids
 from safelaunch.supervisor.spawn import StartedRank
 
 STACK_WAIT = 2.0  # faulthandler answers in ~1 ms (a resumed stopped rank later); py-spy ~1 s
@@ -40,22 +40,40 @@ def take_evidence(
     return evidence
 
 
-def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
-    """Every live rank's threads, from faulthandler (and py-spy where installed), into `target`."""
+def collect_stacks(
+    live: list[StartedRank],
+    target: Path,
+    *,
+    wait: float = STACK_WAIT,
+    spy_grace: float = 5.0,
+    only_catching: bool = False,
+) -> dict[int, Path]:
+    """Every live rank's threads, from faulthandler (and py-spy where installed), into `target`.
+
+    `wait`: how long the ranks get to answer; `spy_grace`: how much longer py-spy gets.
+    `only_catching`: ask only ranks that catch the dump signal now (after a failure, a rank
+    exiting on its own ignores it, or is past its handler: the default action kills).
+    """
     # A stopped rank is not resumed to answer (its main thread would run on before the
     # dump, and it may be a debugger's): py-spy can still read it, else its last heartbeat.
     dumpable = [s for s in live if s.spec.bootstrapped and process_state(s.process.pid) != "T"]
+    if only_catching:
+        dumpable = [s for s in dumpable if catches(s.process.pid, DUMP_SIGNAL)]
     asked_at = time.time()
     signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
     spies = _start_py_spy([s for s in live if s.spec.bootstrapped])
-    deadline = time.monotonic() + STACK_WAIT
-    while time.monotonic() < deadline and not all(_has_data(s) for s in dumpable):
-        time.sleep(0.02)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and not all(
+        has_data(s) or not is_alive(s.process.pid) for s in dumpable
+    ):
+        time.sleep(0.01)
     # the same signal wrote their flight records (torch's collective history) meanwhile
     wait_for_records(
         [s for s in dumpable if uses_collectives(s)],
         flight_file.directory(target.parent),
         asked_at,
+        # after a failure one deadline bounds it all; a hang's ranks get their full wait
+        wait=max(0.05, deadline - time.monotonic()) if only_catching else FLIGHT_WAIT,
     )
     files: dict[int, Path] = {}
     with contextlib.suppress(OSError):
@@ -68,7 +86,7 @@ def collect_stacks(live: list[StartedRank], target: Path) -> dict[int, Path]:
             files[rank] = copy
     for rank, spy in spies.items():
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            text, _ = spy.communicate(timeout=max(0.1, deadline + 5 - time.monotonic()))
+            text, _ = spy.communicate(timeout=max(0.1, deadline + spy_grace - time.monotonic()))
             stack_files.py_spy(target, rank).write_bytes(text)
         with contextlib.suppress(ProcessLookupError):
             spy.kill()
@@ -97,7 +115,7 @@ def save_evidence(hang: HangEvidence, attempt_dir: Path) -> None:
     stack_files.write_hang_evidence(attempt_dir, evidence)
 
 
-def _has_data(started: StartedRank) -> bool:
+def has_data(started: StartedRank) -> bool:
     try:
         return started.spec.stacks_file.stat().st_size > 0
     except OSError:
