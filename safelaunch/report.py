@@ -49,9 +49,12 @@ def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
     if group.seqs:
         seqs = "/".join(f"#{s}" for s in group.seqs)
         details.append(f"collective {seqs}")
-    line = f"  {label} {verb} {group.activity}" + (f" ({', '.join(details)})" if details else "")
+    doing = group.children or f"{verb} {group.activity}"  # its children's place, when it waits
+    line = f"  {label} {doing}" + (f" ({', '.join(details)})" if details else "")
     if group.frozen:
         line += f"; {group.frozen}"
+    if group.ended:
+        line += f"; {group.ended}"
     if set(group.ranks) <= set(culprits):
         line += "  <- the odd one out"
     return line
@@ -247,6 +250,8 @@ def _group_record(group: Whereabouts) -> dict[str, Any]:
         "waiting_in_collective": group.waiting,
         "collectives": list(group.seqs),
         "frozen": group.frozen,
+        "script_ended": group.ended,
+        "children": group.children,
     }
 
 

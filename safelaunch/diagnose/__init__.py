@@ -132,13 +132,14 @@ def diagnose(
         # what the rest would find for a job that ended well, without importing it
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
-    from safelaunch.diagnose.leaving import read_counts, read_leaves, read_seqs
+    from safelaunch.diagnose.leaving import read_counts, read_leaves, read_lingering, read_seqs
     from safelaunch.diagnose.rootcause import find_root_cause
     from safelaunch.flights.forensics import for_attempt
     from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang, where_they_were
 
-    hang = analyse_hang(outcome)
-    survivors = where_they_were(outcome.survivors.evidence) if outcome.survivors else ()
+    lingering = read_lingering(heartbeat_dir)
+    hang = analyse_hang(outcome, lingering)
+    survivors = where_they_were(outcome.survivors.evidence, lingering) if outcome.survivors else ()
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = (
         for_attempt(outcome, hang)

@@ -68,6 +68,15 @@ ALL_SEEN = Unseen()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ChildProcess:
+    """A live descendant of a rank when its stacks were taken (hangs/child_stacks.py)."""
+
+    pid: int
+    command: str
+    dump: Path | None  # its own faulthandler dump (a process forked from the rank)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HangEvidence:
     """What the launcher saw when it declared the hang."""
 
@@ -83,6 +92,7 @@ class HangEvidence:
     # ranks whose stacks could not be taken after a failure, and why (a hang's silent
     # ranks show by their stale heartbeat)
     unanswered: Mapping[int, str] = field(default_factory=dict)
+    children: Mapping[int, tuple[ChildProcess, ...]] = field(default_factory=dict)  # by rank
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

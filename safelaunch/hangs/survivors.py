@@ -49,7 +49,7 @@ def take_survivors(
         return None
     asked = {s.spec.rank for s in live if catches(s.process.pid, DUMP_SIGNAL)}
     target = stack_files.directory(plan.attempt_dir)
-    files = collect_stacks(
+    files, children = collect_stacks(
         live, target, wait=SURVIVOR_WAIT, spy_grace=SPY_GRACE, only_catching=True
     )
     # ranks already exiting on their own: waited for, so that they do not read as stopped
@@ -63,6 +63,7 @@ def take_survivors(
         ranks=tuple(p for p in progress if p.rank in ranks),
         states={s.spec.rank: process_state(s.process.pid) for s in alive},
         stack_files={r: f for r, f in files.items() if r in ranks},
+        children={r: c for r, c in children.items() if r in ranks},
         unanswered={
             s.spec.rank: NO_ANSWER if s.spec.rank in asked else EXITING
             for s in alive
