@@ -48,12 +48,13 @@ def collect_stacks(
     target: Path,
     *,
     wait: float = STACK_WAIT,
-    spy_grace: float = 5.0,
+    spy_grace: float | None = 5.0,
     only_catching: bool = False,
 ) -> tuple[dict[int, Path], dict[int, tuple[ChildProcess, ...]]]:
     """Every live rank's threads, from faulthandler (and py-spy where installed), into `target`.
 
-    `wait`: how long the ranks get to answer; `spy_grace`: how much longer py-spy gets.
+    `wait`: how long the ranks get to answer; `spy_grace`: how much longer py-spy gets
+    (None: no py-spy; it takes ~1 s a rank).
     `only_catching`: ask only ranks that catch the dump signal now (after a failure, a rank
     exiting on its own ignores it, or is past its handler: the default action kills).
     Returns the ranks' copies, and each rank's children (their own dumps copied too).
@@ -67,7 +68,7 @@ def collect_stacks(
     asked_at = time.time()
     signal_pids([s.process.pid for s in dumpable], DUMP_SIGNAL)
     ask(children)
-    spies = _start_py_spy([s for s in live if s.spec.bootstrapped])
+    spies = _start_py_spy([s for s in live if s.spec.bootstrapped]) if spy_grace is not None else {}
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline and not (
         all(has_data(s) or not is_alive(s.process.pid) for s in dumpable) and answered(children)
@@ -92,7 +93,8 @@ def collect_stacks(
             files[rank] = copy
     for rank, spy in spies.items():
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            text, _ = spy.communicate(timeout=max(0.1, deadline + spy_grace - time.monotonic()))
+            grace = spy_grace or 0.0
+            text, _ = spy.communicate(timeout=max(0.1, deadline + grace - time.monotonic()))
             stack_files.py_spy(target, rank).write_bytes(text)
         with contextlib.suppress(ProcessLookupError):
             spy.kill()

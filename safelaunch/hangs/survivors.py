@@ -24,7 +24,6 @@ from safelaunch.supervisor.spawn import StartedRank
 # One deadline for every survivor's stacks and flight record: faulthandler answers in
 # ~1 ms; a rank that holds the GIL in native code never does, and the teardown waits.
 SURVIVOR_WAIT = 2.0
-SPY_GRACE = 0.5  # py-spy (where installed) gets this much longer
 NO_ANSWER = "did not answer the request for its stacks"
 # a rank past its last exit handler ignores the signal; one whose handler was replaced
 # would die of it
@@ -50,7 +49,12 @@ def take_survivors(
     asked = {s.spec.rank for s in live if catches(s.process.pid, DUMP_SIGNAL)}
     target = stack_files.directory(plan.attempt_dir)
     files, children = collect_stacks(
-        live, target, wait=SURVIVOR_WAIT, spy_grace=SPY_GRACE, only_catching=True
+        # no py-spy: ~1 s a rank, while the failure waits for its summary
+        live,
+        target,
+        wait=SURVIVOR_WAIT,
+        spy_grace=None,
+        only_catching=True,
     )
     # ranks already exiting on their own: waited for, so that they do not read as stopped
     request_records(live, plan.attempt_dir, signalled=True, since=asked_at)
