@@ -12,6 +12,7 @@ from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
+from safelaunch.hangs.detection import Survivors
 from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
@@ -128,6 +129,8 @@ class Outcome:
     timebox_note: str | None = None  # an isolation rerun: why it was stopped early
     peer_event: NodeStop | None = None  # multi-node: another node made this one stop
     multinode: bool = False  # one node of several: its ranks are not the whole job
+    # a failure: where the ranks still alive were when it happened (taken before teardown)
+    survivors: Survivors | None = None
 
     @property
     def retryable(self) -> bool:
@@ -217,4 +220,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         timebox_note=record.timebox_note,
         peer_event=record.peer_event,
         multinode=record.plan.node is not None,
+        survivors=record.survivors,
     )

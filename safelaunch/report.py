@@ -52,12 +52,23 @@ def _whereabouts(group: Whereabouts, culprits: tuple[int, ...]) -> str:
     if group.seqs:
         seqs = "/".join(f"#{s}" for s in group.seqs)
         details.append(f"collective {seqs}")
-    line = f"  {label} {verb} {group.activity}" + (f" ({', '.join(details)})" if details else "")
+    doing = group.children or f"{verb} {group.activity}"  # its children's place, when it waits
+    line = f"  {label} {doing}" + (f" ({', '.join(details)})" if details else "")
     if group.frozen:
         line += f"; {group.frozen}"
+    if group.ended:
+        line += f"; {group.ended}"
     if set(group.ranks) <= set(culprits):
         line += "  <- the odd one out"
     return line
+
+
+def survivor_lines(outcome: Outcome, diagnosis: Diagnosis) -> list[str]:
+    """Where the ranks still alive were when the job began to fail, folded like a hang's."""
+    if not diagnosis.survivors or outcome.survivors is None:
+        return []
+    head = f"  where the other ranks were when {outcome.survivors.after}:"
+    return [head, *(f"  {_whereabouts(g, ())}" for g in diagnosis.survivors)]
 
 
 def flight_lines(forensics: Forensics | None) -> list[str]:
@@ -171,6 +182,7 @@ def _failure_lines(
     others = [r for r in outcome.ranks if r.rank != cause.rank and r.rank not in followed]
     lines.extend(_group_lines(others))
     lines.extend(consequence_lines(diagnosis.consequences))
+    lines.extend(survivor_lines(outcome, diagnosis))
     lines.extend(flight_lines(diagnosis.collectives))
     return lines
 
@@ -208,6 +220,7 @@ def render_summary(outcome: Outcome, diagnosis: Diagnosis, logs_kept: bool = Tru
     if outcome.peer_event is not None and diagnosis.root_cause is None:
         lines = [f"STOPPED{attempt}: {outcome.peer_event.shown}"]
         lines.extend(_group_lines(list(outcome.ranks)))
+        lines.extend(survivor_lines(outcome, diagnosis))
         lines.extend(notes)
         lines.append(f"logs: {logs}")
         return "\n".join(lines)
@@ -250,23 +263,42 @@ def _rank_record(result: RankResult) -> dict[str, Any]:
     }
 
 
+def _group_record(group: Whereabouts) -> dict[str, Any]:
+    return {
+        "ranks": list(group.ranks),
+        "activity": group.activity,
+        "location": group.location,
+        "waiting_in_collective": group.waiting,
+        "collectives": list(group.seqs),
+        "frozen": group.frozen,
+        "script_ended": group.ended,
+        "children": group.children,
+    }
+
+
+def _survivors_record(outcome: Outcome, diagnosis: Diagnosis) -> dict[str, Any] | None:
+    """report.json's `survivors`: where the other ranks were, groups shaped as a hang's."""
+    if outcome.survivors is None:
+        return None
+    from safelaunch.rundir import stack_files
+
+    return {
+        "after": outcome.survivors.after,
+        "failed_rank": outcome.survivors.failed_rank,
+        "groups": [_group_record(g) for g in diagnosis.survivors],
+        "unanswered": {str(r): why for r, why in outcome.survivors.evidence.unanswered.items()},
+        "took_s": round(outcome.survivors.took, 3),
+        "evidence": str(stack_files.failure_evidence(outcome.attempt_dir)),
+    }
+
+
 def _hang_record(hang: HangAnalysis | None) -> dict[str, Any] | None:
     if hang is None:
         return None
     return {
         "stuck_for_s": round(hang.stuck_for, 3),
         "timeout_s": hang.timeout,
-        "groups": [
-            {
-                "ranks": list(g.ranks),
-                "activity": g.activity,
-                "location": g.location,
-                "waiting_in_collective": g.waiting,
-                "collectives": list(g.seqs),
-                "frozen": g.frozen,
-            }
-            for g in hang.groups
-        ],
+        "groups": [_group_record(g) for g in hang.groups],
         "exited": [{"rank": rank, "how": how} for rank, how in hang.exited],
         "culprits": list(hang.culprits),
         "reason": hang.reason,
@@ -306,6 +338,7 @@ def report_record(
         "ranks": [_rank_record(r) for r in outcome.ranks],
         "first_failure": outcome.first_failure.rank if outcome.first_failure else None,
         "hang": _hang_record(diagnosis.hang),
+        "survivors": _survivors_record(outcome, diagnosis),
         "collectives": _collectives_record(diagnosis.collectives),
         "stragglers": stragglers.record(diagnosis.stragglers),
         "diagnosis": {

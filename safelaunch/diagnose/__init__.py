@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from safelaunch.diagnose.leaving import Leave
     from safelaunch.diagnose.rootcause import RankEvidence, RootCause
     from safelaunch.flights.forensics import Forensics
-    from safelaunch.hangs.analysis import HangAnalysis
+    from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
 
 __all__ = [
     "LOG_TAIL",
@@ -67,6 +67,8 @@ class Diagnosis:
     verdict: Verdict | None = None  # the arbiter's culprits from all the evidence
     places: tuple[RankPlace, ...] = ()  # where each rank was: what a node ships (jobwide.py)
     nccl: bool = True  # the ranks asked for or used NCCL, or wrote no backend record
+    # a failure: where the ranks still alive were, taken before the teardown (outcome.survivors)
+    survivors: tuple[Whereabouts, ...] = ()
 
 
 def hang_class(hang: HangAnalysis) -> FailureClass:
@@ -135,12 +137,14 @@ def diagnose(
         # what the rest would find for a job that ended well, without importing it
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
-    from safelaunch.diagnose.leaving import read_counts, read_leaves, read_seqs
+    from safelaunch.diagnose.leaving import read_counts, read_leaves, read_lingering, read_seqs
     from safelaunch.diagnose.rootcause import find_root_cause, follow_verdict
     from safelaunch.flights.forensics import for_attempt
-    from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang
+    from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang, where_they_were
 
-    hang = analyse_hang(outcome)
+    lingering = read_lingering(heartbeat_dir)
+    hang = analyse_hang(outcome, lingering)
+    survivors = where_they_were(outcome.survivors.evidence, lingering) if outcome.survivors else ()
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = (
         for_attempt(outcome, hang)
@@ -151,7 +155,7 @@ def diagnose(
         klass = hang_class(hang) if hang else None
         places = _places(outcome, hang, heartbeat_dir)
         return Diagnosis(
-            verdict=_weigh(None, hang, collectives, texts, outcome, places),
+            verdict=_weigh(None, hang, collectives, texts, outcome, places, survivors),
             places=places,
             root_cause=None,
             error=None,
@@ -161,6 +165,7 @@ def diagnose(
             non_finite=non_finite,
             collectives=collectives,
             stragglers=stragglers,
+            survivors=survivors,
         )
     leaves = read_leaves(heartbeat_dir)
     beats = read_counts(heartbeat_dir, [r.rank for r in outcome.ranks])
@@ -168,8 +173,8 @@ def diagnose(
     found = find_root_cause(evidence, table)
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
-    places = _places(outcome, hang, heartbeat_dir)
-    verdict = _weigh(found, hang, collectives, texts, outcome, places)
+    places = _places(outcome, hang, heartbeat_dir, survivors)
+    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors)
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -192,6 +197,7 @@ def diagnose(
         verdict=verdict,
         places=places,
         nccl=_nccl(outcome),
+        survivors=survivors,
     )
 
 
@@ -209,13 +215,17 @@ def _nccl(outcome: Outcome) -> bool:
 
 
 def _places(
-    outcome: Outcome, hang: HangAnalysis | None, heartbeat_dir: Path | None
+    outcome: Outcome,
+    hang: HangAnalysis | None,
+    heartbeat_dir: Path | None,
+    survivors: Sequence[Whereabouts] = (),
 ) -> tuple[RankPlace, ...]:
-    """Where every rank was: a hang's stacks, else the last heartbeat records."""
+    """Where every rank was: a hang's stacks, or the survivors' of a failure, else the
+    last heartbeat records."""
     from safelaunch.diagnose.jobwide import RankPlace, places
 
     fresher = {}
-    for group in hang.groups if hang is not None else ():
+    for group in (*(hang.groups if hang is not None else ()), *survivors):
         for rank in group.ranks:
             fresher[rank] = RankPlace(
                 rank=rank,
@@ -240,6 +250,7 @@ def _weigh(
     texts: Mapping[int, str],
     outcome: Outcome,
     places: Sequence[RankPlace],
+    survivors: Sequence[Whereabouts] = (),
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
     is placed where the hang's stacks, else its last heartbeat record, saw it."""
@@ -248,8 +259,10 @@ def _weigh(
     from safelaunch.diagnose import witnesses as w
     from safelaunch.diagnose.arbiter import decide
 
+    first = w.first_failure(found) if found is not None else None
     items = [
-        *([w.first_failure(found)] if found is not None else []),
+        *([first] if first is not None else []),
+        *w.survivor_items(survivors, first),
         *w.flight_items(collectives),
         *w.hang_items(hang),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks]),

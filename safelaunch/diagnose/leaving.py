@@ -26,6 +26,15 @@ class LeaveHow(StrEnum):
     SYS_EXIT = "sys.exit"
     RETURNED = "returned"  # the end of the script
     DESTROYED = "destroy_process_group"  # while the rank still ran
+    RAISED = "raised"  # written only when non-daemon threads outlived the script
+
+
+_ENDED = {
+    LeaveHow.SYS_EXIT: "called sys.exit",
+    LeaveHow.RETURNED: "returned",
+    LeaveHow.RAISED: "raised",
+    LeaveHow.DESTROYED: "returned",
+}
 
 
 def _how(record: Mapping[str, Any]) -> LeaveHow | None:
@@ -44,6 +53,12 @@ class Leave:
     # it destroyed its default group after this many collectives (None: it never did):
     # from there on it took part in no collective, whenever its process ended
     left_at: int | None = None
+    threads: tuple[tuple[str, str | None], ...] = ()  # non-daemon threads alive: (name, where)
+
+
+def _thread_place(frames: tuple[tuple[str, int, str], ...]) -> str | None:
+    """The thread's innermost frame in the user's code (else its innermost at all)."""
+    return user_frame(list(frames), also_skip=("<string>", "safelaunch/rank/"), fallback=True)
 
 
 def _leave(record: ExitRecord) -> Leave:
@@ -54,7 +69,36 @@ def _leave(record: ExitRecord) -> Leave:
         location=user_frame(list(record.frames), also_skip=("<string>",)),
         seq=record.seq,
         left_at=record.left_at,
+        threads=tuple((name, _thread_place(frames)) for name, frames in record.threads),
     )
+
+
+def still_running(leave: Leave) -> str | None:
+    """Why the rank's process outlived its script: "its script returned but its process
+    did not exit: non-daemon thread 'saver' at train.py:30 in save still runs"; None when
+    no such thread was alive as the script ended."""
+    if not leave.threads:
+        return None
+    ended = _ENDED.get(leave.how, "ended") if leave.how is not None else "ended"
+    threads = ", ".join(
+        f"'{name}'" + (f" at {place}" if place else "") for name, place in leave.threads
+    )
+    plural = "s" if len(leave.threads) > 1 else ""
+    verb = "still run" if plural else "still runs"
+    return (
+        f"its script {ended} but its process did not exit: non-daemon thread{plural} "
+        f"{threads} {verb}"
+    )
+
+
+def read_lingering(heartbeat_dir: Path | None) -> dict[int, str]:
+    """Ranks whose script ended while non-daemon threads kept running, with why
+    (still_running), by rank: those that raised too."""
+    found = {}
+    for rank, record in exit_file.read_all(heartbeat_dir).items():
+        if (why := still_running(_leave(record))) is not None:
+            found[rank] = why
+    return found
 
 
 def left_collectives(leave: Leave | None) -> str | None:
@@ -71,8 +115,13 @@ def _count(value: object) -> int | None:
 
 
 def read_leaves(heartbeat_dir: Path | None) -> dict[int, Leave]:
-    """Every exit record the ranks wrote; empty when there are none."""
-    return {rank: _leave(record) for rank, record in exit_file.read_all(heartbeat_dir).items()}
+    """Every exit record the ranks wrote for code that ended without an uncaught error;
+    empty when there are none (a rank that raised left its error)."""
+    return {
+        rank: _leave(record)
+        for rank, record in exit_file.read_all(heartbeat_dir).items()
+        if record.how != LeaveHow.RAISED
+    }
 
 
 def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
@@ -108,6 +157,7 @@ def leave_record(leave: Leave) -> dict[str, Any]:
         "location": leave.location,
         "seq": leave.seq,
         "left_at": leave.left_at,
+        "threads": [{"name": name, "location": place} for name, place in leave.threads],
     }
 
 
@@ -121,6 +171,17 @@ def leave_from_record(rank: int, record: Mapping[str, Any]) -> Leave:
         location=location if isinstance(location, str) else None,
         seq=seq if isinstance(seq, int) else None,
         left_at=_count(record.get("left_at")),
+        threads=_threads_back(record.get("threads")),
+    )
+
+
+def _threads_back(value: object) -> tuple[tuple[str, str | None], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        (str(t.get("name")), t["location"] if isinstance(t.get("location"), str) else None)
+        for t in value
+        if isinstance(t, dict)
     )
 
 
@@ -129,6 +190,8 @@ def describe_leave(leave: Leave | None, seqs: Mapping[int, int], rank: int) -> l
     lines = []
     if leave is not None and leave.how == LeaveHow.RETURNED:  # a sys.exit is shown as its error
         lines.append("left:  its script returned (reached its end) while the others still ran")
+    if leave is not None and (why := still_running(leave)) is not None:
+        lines.append(f"alive: {why}")
     mine = leave.seq if leave is not None and leave.seq is not None else seqs.get(rank)
     others = {r: s for r, s in seqs.items() if r != rank}
     if mine is not None or others:

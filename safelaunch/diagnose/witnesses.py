@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
 from safelaunch.diagnose.rootcause import WAITING, RootCause
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
-from safelaunch.hangs.analysis import HangAnalysis
+from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
 from safelaunch.ranktext import ranks_label
 from safelaunch.vocab import COMMUNICATION, FailureClass
 
@@ -205,5 +205,37 @@ def _detail_items(calls: Mapping[int, str]) -> list[Item]:
             says=f"torch DETAIL: {ranks_label(odd)} ran another collective than "
             f"{ranks_label(sorted(set(calls) - set(odd)))}",
             klass=COMMUNICATION,
+        )
+    ]
+
+
+def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list[Item]:
+    """Where the other ranks were when the first one failed (taken before the teardown):
+    a rank not in the collective the others wait in is the one they waited for.
+
+    Only where the first failure only waited (a timeout) or followed a peer: beside an
+    error of a rank's own, a survivor busy elsewhere is a healthy straggler, not evidence.
+    """
+    if first is not None and first.tier != Tier.FIRST_FAILURE:
+        return []
+    waiting = [g for g in survivors if g.waiting]
+    elsewhere = [g for g in survivors if not g.waiting and (g.frames or g.ended)]
+    if not waiting or not elsewhere:
+        return []
+    ranks = tuple(sorted(r for g in elsewhere for r in g.ranks))
+    if len(ranks) >= sum(len(g.ranks) for g in waiting):
+        return []  # most were elsewhere: nothing singles them out
+    places = {g.location for g in elsewhere}
+    what = "; ".join(
+        f"{ranks_label(g.ranks)} in {g.activity}" + (f" ({g.ended})" if g.ended else "")
+        for g in elsewhere
+    )
+    return [
+        Item(
+            source=Source.STACKS,
+            tier=Tier.BEHIND,
+            ranks=ranks,
+            says=f"when the first rank failed, {what}, not in the collective the others waited in",
+            location=places.pop() if len(places) == 1 else None,
         )
     ]

@@ -62,8 +62,11 @@ def exiting(pid: int) -> bool:
     return bool(_signal_mask(pid, b"SigIgn") >> (DUMP_SIGNAL - 1) & 1)
 
 
-def request_records(live: Sequence[StartedRank], attempt_dir: Path, signalled: bool) -> None:
-    """Signal the ranks (unless `signalled` already) and wait for their flight records.
+def request_records(
+    live: Sequence[StartedRank], attempt_dir: Path, signalled: bool, since: float | None = None
+) -> None:
+    """Signal the ranks (unless `signalled` already, at `since`) and wait for their flight
+    records.
 
     A rank exiting on its own (its record written as it raised) is waited for too, up to
     EXIT_WAIT: stopped now, it would read as stopped by safelaunch.
@@ -73,7 +76,7 @@ def request_records(live: Sequence[StartedRank], attempt_dir: Path, signalled: b
     leaving = [s for s in ranks if s not in asked and exiting(s.process.pid)]
     if not asked and not leaving:
         return
-    since = time.time()
+    since = time.time() if since is None or not signalled else since
     if not signalled and asked:
         signal_pids([s.process.pid for s in asked], DUMP_SIGNAL)
     wait_for_records(asked, flight_file.directory(attempt_dir), since, leaving)
@@ -98,11 +101,12 @@ def wait_for_records(
     directory: Path,
     since: float,
     leaving: Sequence[StartedRank] = (),
+    wait: float = FLIGHT_WAIT,
 ) -> None:
     """Until every asked rank wrote a record after `since` (or exited), and every leaving
-    one exited, or the wait for it ran out."""
+    one exited, or the wait for it (`wait` s for the asked ones) ran out."""
     now = time.monotonic()
-    asked_until, leaving_until = now + FLIGHT_WAIT, now + EXIT_WAIT
+    asked_until, leaving_until = now + wait, now + EXIT_WAIT
     pending = list(asked)
     gone = list(leaving)
     while pending or gone:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +13,10 @@ from safelaunch.diagnose.frames import LIBRARY_PARTS, user_frame
 from safelaunch.diagnose.pytypes import RANK_LEFT_EARLY
 from safelaunch.diagnose.reading import read_tail
 from safelaunch.diagnose.signatures import Signature
+from safelaunch.hangs.child_waits import waits_for
 from safelaunch.hangs.detection import is_stale
 from safelaunch.outcome import Outcome
+from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor import HangEvidence
 
@@ -49,6 +51,10 @@ class Whereabouts:
     seqs: tuple[int, ...]  # collective counts seen in the group
     frozen: str | None  # why the rank stopped reporting, when it did
     frames: Frames = ()  # its user's frames, innermost first (one member's)
+    # its script ended but its process did not: why (diagnose/leaving.py still_running)
+    ended: str | None = None
+    # it waits on its own children: where they are (hangs/child_waits.py)
+    children: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,11 +98,15 @@ def _read_dump(path: Path | None) -> Frames:
         return ()
 
 
-def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool) -> str | None:
+def _frozen(
+    rank: int, beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bool
+) -> str | None:
     if state == "T":
         return "stopped (process state T: SIGSTOP or a debugger; place from its last heartbeat)"
     if state == "D":
         return "in uninterruptible sleep (process state D: stuck in the kernel, often I/O)"
+    if rank in evidence.unanswered:
+        return f"{evidence.unanswered[rank]} (process state {state}){_FROM_BEAT}"
     if not heartbeat:
         return None  # a --no-python rank: only its output was watched
     if beat is None:
@@ -104,6 +114,9 @@ def _frozen(beat: Beat | None, state: str, evidence: HangEvidence, heartbeat: bo
     if is_stale(beat, evidence.detected_at, evidence.interval, evidence.unseen):
         return _STALE  # how long, and in which process state: per group (_stale_text)
     return None
+
+
+_FROM_BEAT = "; place from its last heartbeat"
 
 
 # A rank whose heartbeat went stale, as ranks are grouped: without its seconds of silence
@@ -121,24 +134,30 @@ def _stale_text(silences: list[float], states: set[str]) -> str:
     )
 
 
-def _group(evidence: HangEvidence) -> list[Whereabouts]:
-    keyed: dict[tuple[str, str | None, bool, str | None], list[tuple[int, int | None]]] = {}
-    stacks: dict[tuple[str, str | None, bool, str | None], Frames] = {}
-    silences: dict[tuple[str, str | None, bool, str | None], list[float]] = {}
-    states: dict[tuple[str, str | None, bool, str | None], set[str]] = {}
+_Key = tuple[str, str | None, bool, str | None, str | None, str | None]
+
+
+def _group(evidence: HangEvidence, lingering: Mapping[int, str] | None = None) -> list[Whereabouts]:
+    lingering = lingering or {}
+    keyed: dict[_Key, list[tuple[int, int | None]]] = {}
+    stacks: dict[_Key, Frames] = {}
+    silences: dict[_Key, list[float]] = {}
+    states: dict[_Key, set[str]] = {}
     for progress in evidence.ranks:
         beat = progress.beat
         dumped = _read_dump(evidence.stack_files.get(progress.rank))
         frames = dumped or (beat.frames if beat else ())
         state = evidence.states.get(progress.rank, "?")
-        frozen = _frozen(beat, state, evidence, progress.heartbeat)
+        frozen = _frozen(progress.rank, beat, state, evidence, progress.heartbeat)
         activity = (
             frames[0][2] if frames else "an unknown place (no Python stack; judged by output)"
         )
         waiting = bool(frames) and _DISTRIBUTED in frames[0][0]
         # the bootstrap's frames (and its `python -c` string) are not the user's either
         location = user_frame(frames, also_skip=("<string>", "safelaunch/rank/"))
-        key = (activity, location, waiting, frozen)
+        kids = evidence.children.get(progress.rank, ())
+        waits = None if waiting else waits_for(frames, [(c, _read_dump(c.dump)) for c in kids])
+        key = (activity, location, waiting, frozen, lingering.get(progress.rank), waits)
         keyed.setdefault(key, []).append((progress.rank, beat.seq if beat else None))
         stacks.setdefault(key, tuple(f for f in frames if not any(p in f[0] for p in _NOT_USERS)))
         if frozen == _STALE and beat is not None:
@@ -146,7 +165,7 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
             states.setdefault(key, set()).add(state)
     groups = []
     for key, members in keyed.items():
-        activity, location, waiting, frozen = key
+        activity, location, waiting, frozen, ended, waits = key
         groups.append(
             Whereabouts(
                 ranks=tuple(sorted(rank for rank, _ in members)),
@@ -156,6 +175,8 @@ def _group(evidence: HangEvidence) -> list[Whereabouts]:
                 seqs=tuple(sorted({seq for _, seq in members if seq is not None})),
                 frozen=_stale_text(silences[key], states[key]) if key in silences else frozen,
                 frames=stacks[key],
+                ended=ended,
+                children=waits,
             )
         )
     return sorted(groups, key=lambda g: (-len(g.ranks), g.ranks))
@@ -168,10 +189,29 @@ SAME_PLACE_HERE = (
 )
 
 
+def where_they_were(
+    evidence: HangEvidence, lingering: Mapping[int, str] | None = None
+) -> tuple[Whereabouts, ...]:
+    """The ranks in `evidence` grouped by where they were (most ranks first): a hang's, or
+    the survivors' of a failure (hangs/survivors.py), whose evidence has the same shape.
+
+    `lingering`: ranks whose script ended while their process did not, with why
+    (diagnose/leaving.py read_lingering)."""
+    return tuple(_group(evidence, lingering or {}))
+
+
 def _culprits(
     groups: list[Whereabouts], exited: list[tuple[int, str]], multinode: bool = False
 ) -> tuple[tuple[int, ...], str]:
     """The first rule that singles out some ranks but not all of them."""
+    # a rank whose script ended but whose process lives on is what the job waits for
+    # (the others wait for it, or have ended): its threads say why, whoever else is there
+    ended = [g for g in groups if g.ended]
+    if ended:
+        culprits = tuple(sorted(r for g in ended for r in g.ranks))
+        if len(ended) == 1:
+            return culprits, str(ended[0].ended)
+        return culprits, "; ".join(f"{ranks_label(list(g.ranks))}: {g.ended}" for g in ended)
     everyone = {rank for group in groups for rank in group.ranks}
     frozen = {r for g in groups if g.frozen for r in g.ranks}
     if frozen and frozen != everyone:
@@ -297,14 +337,17 @@ def silent_for(evidence: HangEvidence, since: float) -> float:
     return evidence.unseen.age(since, evidence.detected_at)
 
 
-def analyse_hang(outcome: Outcome) -> HangAnalysis | None:
-    """Group the ranks by where they were and name the odd ones out."""
+def analyse_hang(
+    outcome: Outcome, lingering: Mapping[int, str] | None = None
+) -> HangAnalysis | None:
+    """Group the ranks by where they were and name the odd ones out (`lingering`: as for
+    where_they_were)."""
     evidence = outcome.hang
     if evidence is None:
         return None
     live = {p.rank for p in evidence.ranks}
     exited = [(r.rank, r.how_it_ended()) for r in outcome.ranks if r.rank not in live]
-    groups = _group(evidence)
+    groups = _group(evidence, lingering or {})
     culprits, reason = _culprits(groups, exited, outcome.multinode)
     uneven = None if exited else uneven_reason(groups, culprits)
     stuck = min(silent_for(evidence, p.last_progress) for p in evidence.ranks)

@@ -18,7 +18,7 @@ every age these rules compare.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from safelaunch.plan import Timebox
@@ -68,6 +68,15 @@ ALL_SEEN = Unseen()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ChildProcess:
+    """A live descendant of a rank when its stacks were taken (hangs/child_stacks.py)."""
+
+    pid: int
+    command: str
+    dump: Path | None  # its own faulthandler dump (a process forked from the rank)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HangEvidence:
     """What the launcher saw when it declared the hang."""
 
@@ -80,6 +89,21 @@ class HangEvidence:
     # the job was suspended whole before the hang showed: ages leave that time out, so
     # "no progress for X s" is the time the ranks had to make progress, not the suspend's
     unseen: Unseen = ALL_SEEN
+    # ranks whose stacks could not be taken after a failure, and why (a hang's silent
+    # ranks show by their stale heartbeat)
+    unanswered: Mapping[int, str] = field(default_factory=dict)
+    children: Mapping[int, tuple[ChildProcess, ...]] = field(default_factory=dict)  # by rank
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Survivors:
+    """A failure's survivors, taken before the teardown (hangs/survivors.py): a hang's
+    evidence shape, read by the same grouping (hangs/analysis.py `where_they_were`)."""
+
+    after: str  # what made safelaunch stop them: "rank 2 failed", "node 1 stopped: ..."
+    failed_rank: int | None  # the rank whose failure it was (None: another node's stop)
+    evidence: HangEvidence  # live ranks, states, stack files, who did not answer
+    took: float  # seconds the snapshot took
 
 
 def last_progress(

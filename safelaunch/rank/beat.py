@@ -148,9 +148,14 @@ class Beater:
         return last is not None and cpu - last[1] >= BUSY * max(now - last[0], 1e-6)
 
 
-def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> None:
+def write_exit(
+    how: str,
+    code: object,
+    frames: list[tuple[str, int, str]],
+    threads: list[tuple[str, list[tuple[str, int, str]]]] | None = None,
+) -> None:
     """Write the exit record (rundir/exit_file.py) beside the heartbeat record: how, where
-    and when it left.
+    and when it left (`threads`: the non-daemon threads that outlive the script).
 
     A rank that destroyed its default group earlier left the collectives there: the
     record keeps that place and count (`left_at`), whatever ends the process later.
@@ -172,7 +177,29 @@ def write_exit(how: str, code: object, frames: list[tuple[str, int, str]]) -> No
             now=time.time(),
             seq=seq,
             left_at=left_at,
+            threads=threads,
         )
+
+
+def lingering_threads() -> list[tuple[str, list[tuple[str, int, str]]]]:
+    """The non-daemon threads alive now, other than the main one: python waits for them
+    before the process can exit. (name, frames innermost first); microseconds.
+
+    threading is only looked up: without it imported no such thread can exist.
+    """
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return []
+    found = []
+    with suppress(Exception):
+        frames = sys._current_frames()
+        main = threading.main_thread()
+        for thread in threading.enumerate():
+            if thread is main or thread.daemon or not thread.is_alive():
+                continue
+            stack = _frames(frames.get(thread.ident))[:FRAMES_KEPT]
+            found.append((str(thread.name), stack))
+    return found
 
 
 def _exit_path(directory: str) -> str:

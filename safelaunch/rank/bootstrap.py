@@ -61,8 +61,27 @@ def install_faulthandler() -> None:
             faulthandler.register(
                 int(signum), file=_stacks_file, all_threads=True, chain=flight_recorder.armed()
             )
+            os.register_at_fork(after_in_child=_dump_on_its_own)
         except Exception:
             pass  # the job runs without on-demand stacks rather than not at all
+
+
+def _dump_on_its_own() -> None:
+    """In a process forked from the rank (a DataLoader worker): the dump signal writes its
+    stacks into a file of its own (named by its pid), so that the launcher knows whose
+    stack it reads, and not the flight record (the rank's; its dump thread is not here)."""
+    global _stacks_file
+    signum = os.environ.get(names.DUMP_SIGNAL)
+    path = os.environ.get(names.STACKS_FILE)
+    if not signum or not path:
+        return
+    try:
+        from safelaunch.rundir import stack_files  # only in a forked child: ranks pay nothing
+
+        _stacks_file = open(stack_files.forked_dump_file(path, os.getpid()), "a")  # noqa: SIM115
+        faulthandler.register(int(signum), file=_stacks_file, all_threads=True, chain=False)
+    except Exception:
+        pass  # the child keeps the rank's handler: its dump goes to the rank's file
 
 
 def start_heartbeat() -> None:
@@ -116,19 +135,26 @@ def run_module(module: str, args: list[str]) -> None:
     runpy._run_module_as_main(module, alter_argv=True)  # type: ignore[attr-defined]
 
 
-def record_exit(how: str, code: object, tb: TracebackType | None) -> None:
+def record_exit(
+    how: str, code: object, tb: TracebackType | None, only_if_lingering: bool = False
+) -> None:
     """Write `rank<N>.exit.json` beside the heartbeat record: how, where and when it left.
 
     A rank that leaves while its peers still communicate is the root cause (with a code
     of 0: it left early; with a code of its own: it failed); the survivors only show
     "Connection closed by peer". Its exit status alone cannot say where it left; the
-    SystemExit's traceback can.
+    SystemExit's traceback can. The non-daemon threads still alive are kept too: they
+    keep the process alive after the script ended (`only_if_lingering`: write the
+    record only when there are some).
     """
+    threads = beat.lingering_threads()
+    if only_if_lingering and not threads:
+        return
     frames: list[tuple[str, int, str]] = []
     while tb is not None:
         frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name))
         tb = tb.tb_next
-    beat.write_exit(how, code, frames[::-1])  # innermost first
+    beat.write_exit(how, code, frames[::-1], threads)  # innermost first
 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
@@ -161,6 +187,7 @@ def main() -> None:
         # Set on the exception too: torch's wrapped excepthook formats exc.__traceback__.
         exc.with_traceback(_user_traceback(exc.__traceback__))
         flight_recorder.dump("exception")  # a survivor of a peer's failure: what it was waiting for
+        record_exit("raised", 1, exc.__traceback__, only_if_lingering=True)  # threads keep it alive
         sys.excepthook(type(exc), exc, exc.__traceback__)
         if isinstance(exc, KeyboardInterrupt):
             # python >= 3.8 ends by SIGINT itself, so the parent sees death by signal

@@ -22,11 +22,16 @@ class ExitRecord(Record):
     """How one rank's Python code ended, as it wrote it."""
 
     rank: int
-    how: str  # "sys.exit" | "returned" | "destroy_process_group" (while it still ran)
+    # "sys.exit" | "returned" | "destroy_process_group" (while it still ran) | "raised"
+    # (written only when non-daemon threads kept the process alive after it raised)
+    how: str
     code: int | str | None  # SystemExit's code (a string: the message python printed)
     frames: tuple[Frame, ...]  # innermost first
     seq: int | None  # collectives issued when it left
     left_at: int | None = None  # it destroyed its default group after this many
+    # the non-daemon threads still alive when the script ended (they keep the process
+    # alive): (name, frames innermost first)
+    threads: tuple[tuple[str, tuple[Frame, ...]], ...] = ()
 
 
 def name(rank: int | str) -> str:
@@ -42,6 +47,7 @@ def write(
     now: float,
     seq: int | None,
     left_at: int | None = None,
+    threads: list[tuple[str, list[Frame]]] | None = None,
 ) -> None:
     """The rank's side (it must not raise: the caller suppresses)."""
     record: dict[str, object] = {
@@ -52,6 +58,8 @@ def write(
         "seq": seq,
         "left_at": left_at,
     }
+    if threads:
+        record["threads"] = threads
     write_atomically(path, record)
 
 
@@ -63,6 +71,12 @@ def _frames(value: object) -> tuple[Frame, ...]:
     if not isinstance(value, list):
         return ()
     return tuple((str(f), int(n), str(fn)) for f, n, fn in value)
+
+
+def _threads(value: object) -> tuple[tuple[str, tuple[Frame, ...]], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple((str(name), _frames(frames)) for name, frames in value)
 
 
 def read_all(directory: Path | None) -> dict[int, ExitRecord]:
@@ -87,6 +101,7 @@ def read_all(directory: Path | None) -> dict[int, ExitRecord]:
                 frames=_frames(record.get("frames")),
                 seq=_count(record.get("seq")),
                 left_at=_count(record.get("left_at")),
+                threads=_threads(record.get("threads")),
             )
         except (OSError, ValueError, TypeError, RecursionError):
             continue

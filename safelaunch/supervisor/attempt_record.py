@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from safelaunch.console import Console, Level
-from safelaunch.hangs.detection import HangEvidence
+from safelaunch.hangs.detection import HangEvidence, Survivors
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.rundir import rank_logs
@@ -58,6 +58,7 @@ class AttemptRecord:
     duration: float
     timebox_note: str | None = None  # why an isolation rerun was stopped early
     peer_event: NodeStop | None = None  # multi-node: why another node made this one stop
+    survivors: Survivors | None = None  # a failure: where the other ranks were, before teardown
 
 
 def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:

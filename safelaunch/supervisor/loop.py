@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 
 from safelaunch.console import Console
-from safelaunch.flights.request import request_records
-from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Unseen
+from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Survivors, Unseen
 from safelaunch.hangs.stack_evidence import take_evidence
+from safelaunch.hangs.survivors import take_survivors
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
@@ -96,6 +96,7 @@ class _Attempt:
         self._signals = signals
         self._keeper = {keeper_pid} if keeper_pid else set()
         self._hang: HangEvidence | None = None
+        self._survivors: Survivors | None = None
         self._t0 = self._clock.monotonic()
         self._wall0 = self._clock.wall()
         self._workers = Workers(plan, console, self._clock, logs_ok, self._t0)
@@ -141,6 +142,7 @@ class _Attempt:
             teardown_cause=self._td.cause,
             interrupt_signal=self._interrupt,
             hang=self._hang,
+            survivors=self._survivors,
             strays_ended=strays,
             log_problems=tuple(self._workers.log_problems),
             duration=self._clock.monotonic() - self._t0,
@@ -157,8 +159,8 @@ class _Attempt:
             self._act_on_signals()
             if self._td.running and (first := self._workers.first_failure()) is not None:
                 self._tell_peers(stops.rank_failed(*self._where, first.rank, first.returncode))
-                # what the survivors were waiting for, before SIGTERM ends them
-                self._request_flight_records()
+                # where the survivors were and what they waited for, before SIGTERM ends them
+                self._take_survivors(f"rank {first.rank} failed", first.rank)
                 self._begin_teardown(TeardownCause.RANK_FAILED, signal.SIGTERM)
             now = self._clock.monotonic()
             self._td, kill = teardown.tick(self._td, now)
@@ -270,9 +272,11 @@ class _Attempt:
             signal_group(pid, signum)
             signal_group(pid, signal.SIGCONT)  # a stopped rank can only act on it running
 
-    def _request_flight_records(self) -> None:
+    def _take_survivors(self, after: str, failed_rank: int | None) -> None:
+        live = self._workers.live()
         with contextlib.suppress(OSError):
-            request_records(self._workers.live(), self._plan.attempt_dir, signalled=False)
+            progress = self._signs.progress() if live else []
+            self._survivors = take_survivors(live, progress, self._plan, after, failed_rank)
 
     # --- watchers -------------------------------------------------------------
 
@@ -314,6 +318,8 @@ class _Attempt:
             )
             return
         self._console.say(reason.say)
+        if reason.cause is TeardownCause.PEER and reason.peer_event is not None:
+            self._take_survivors(reason.peer_event.shown, None)
         self._begin_teardown(reason.cause, signal.SIGTERM)
 
     def _declare_hang(
