@@ -33,6 +33,7 @@ from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
     from safelaunch.diagnose.signatures import Signature
     from safelaunch.rendezvous.membership import Membership
+    from safelaunch.restarts.rule import AttemptFacts
 
 
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
@@ -180,6 +181,8 @@ def _attempts(session: Session) -> int:
     config, preflight, console = session.config, session.preflight, session.console
     receiver, membership = session.receiver, session.membership
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json
+    # the failed attempts, for the restart policy; a multi-node job restarts as torchrun
+    failures: list[AttemptFacts] | None = [] if membership is None else None
     for attempt in range(config.max_restarts + 1):
         late = receiver.take() if attempt else []
         if membership is not None:  # every node starts the attempt, or none does
@@ -203,7 +206,9 @@ def _attempts(session: Session) -> int:
             console.say(lint_banner(config.training_script, preflight.lint), Level.WARNING)
         try:
             peers = membership.watch(attempt) if membership is not None else None
-            concluded = run_attempt(session, plan, logs_ok=logs_ok, peers=peers, history=history)
+            concluded = run_attempt(
+                session, plan, logs_ok=logs_ok, peers=peers, history=history, failures=failures
+            )
             closing = concluded.exit_line
             if membership is not None:
                 if closing is not None:  # this node's own; the job's verdict comes last
@@ -221,11 +226,13 @@ def _attempts(session: Session) -> int:
                 closing = f"exit code {job.code} on every node" if job.lines else None
             else:
                 retry, code = concluded.outcome.retryable, concluded.code
-            if retry and attempt < config.max_restarts and closing is not None:
+            restart = concluded.restart
+            last = attempt == config.max_restarts or (restart is not None and not restart.restart)
+            if retry and not last and closing is not None:
                 console.say(closing)  # a restart follows: this attempt's code, in its log
         finally:
             console.close_log()
-        if not retry or attempt == config.max_restarts:
+        if not retry or last:
             if retry and membership is None:
                 # imported here: a job that succeeds never loads isolation (launch cost)
                 from safelaunch.isolation.driver import isolate
