@@ -183,8 +183,12 @@ def _attempts(session: Session) -> int:
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json
     # the failed attempts, for the restart policy; a multi-node job restarts as torchrun
     failures: list[AttemptFacts] | None = [] if membership is None else None
+    changes: list[dict[str, Any]] = []  # elastic: each new round of the rendezvous
+    lost: tuple[int, ...] = ()  # the nodes the last attempt lost
     for attempt in range(config.max_restarts + 1):
         late = receiver.take() if attempt else []
+        if membership is not None and attempt and not late and multinode.elastic(config):
+            changes.append(multinode.rejoin(config, preflight, console, membership, attempt, lost))
         if membership is not None:  # every node starts the attempt, or none does
             stopping, missing = membership.start_attempt(attempt, not late, multinode.START_TIMEOUT)
             if stopping or missing:
@@ -221,8 +225,9 @@ def _attempts(session: Session) -> int:
                     console=console,
                     receiver=receiver,
                     shutdown_timeout=config.shutdown_timeout,
+                    changes=changes,
                 )
-                retry, code = job.retryable, job.code
+                retry, code, lost = multinode.goes_on(config, job), job.code, job.lost
                 closing = f"exit code {job.code} on every node" if job.lines else None
             else:
                 retry, code = concluded.outcome.retryable, concluded.code
