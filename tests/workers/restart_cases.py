@@ -1,8 +1,9 @@
 """Failures for the restart policy, chosen by CASE; the attempt is TORCHELASTIC_RESTART_COUNT.
 
 import: a module that is not installed (deterministic). kill: rank 1 SIGKILLs itself, as
-the OOM killer would (transient). step: steps 0-2 reported with safelaunch.heartbeat, then
-rank (attempt mod world size) raises at step 2: it fails at the same step every attempt.
+the OOM killer would (transient), until SLURM requeued the job. step: steps 0-2 reported
+with safelaunch.heartbeat, then rank (attempt mod world size) raises at step 2: it fails
+at the same step every attempt.
 moving: fails one step further each attempt, succeeds at attempt 2 (progress).
 """
 
@@ -19,7 +20,8 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 print(f"attempt {attempt}", flush=True)
 if case == "import":
     import not_installed_anywhere  # noqa: F401
-if case == "kill" and rank == 1:
+# under SLURM: only until the job was requeued (SLURM_RESTART_COUNT counts requeues)
+if case == "kill" and rank == 1 and not int(os.environ.get("SLURM_RESTART_COUNT", "0")):
     time.sleep(0.3)
     os.kill(os.getpid(), signal.SIGKILL)
 if case in ("step", "moving"):
