@@ -97,6 +97,12 @@ def run(name: str) -> None:
         deadline = time.monotonic() + 180
         while len(list((where / "ready").iterdir())) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
+        if len(list((where / "ready").iterdir())) < 3:  # a kill before training proves nothing
+            for proc in procs:
+                kill_node(proc)
+                proc.communicate()
+            print(f"{name:<10} not every rank trained within 180 s: machine too loaded, no result")
+            return
         killed = time.monotonic()
         kill_node(procs[2])
         results = []
@@ -113,6 +119,8 @@ def run(name: str) -> None:
             restarted = [line for line in out.splitlines() if "TRAINED attempt" in line]
             trained = any("TRAINED attempt 0" not in line for line in restarted)
             print(f"{name:<10} survivor {index}: exit {code}, a restart trained: {trained}")
+            if not trained:  # what went wrong, in the launcher's own words
+                print("\n".join(f"    {line}" for line in out.splitlines()[-15:]))
         print(f"{name:<10} {wall:.1f} s from the kill to the survivors' end")
 
 
