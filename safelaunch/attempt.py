@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # loaded once the ranks run (JUDGING); multi-node only (Membe
     from safelaunch.diagnose.signatures import Signature
     from safelaunch.outcome import Outcome
     from safelaunch.rendezvous.membership import Membership
+    from safelaunch.restarts.rule import AttemptFacts, Decision
 
 # What judges and reports an attempt: outcome, diagnosis, report, and the run's pages
 # (view: report.html, written at the end) (~20 ms of imports, most of it creating their
@@ -73,6 +74,7 @@ class Concluded:
     report: dict[str, Any]
     code: int
     exit_line: str | None  # "exit code N ...": printed last, after any rerun
+    restart: Decision | None = None  # the restart policy's, after a failure or hang
 
 
 def run_attempt(
@@ -82,10 +84,13 @@ def run_attempt(
     logs_ok: bool,
     peers: PeerWatch | None = None,
     history: list[dict[str, Any]] | None = None,
+    failures: list[AttemptFacts] | None = None,
 ) -> Concluded:
     """Run the attempt (or rerun) to its end, judge it, diagnose it, report it.
 
     `history`: the job's earlier attempts for report.json; this one is appended to it.
+    `failures`: the job's earlier failed attempts for the restart policy (None: no policy,
+    a rerun or a multi-node job); this one is appended to it when it failed or hung.
     The summary's closing "exit code" line is held back: the caller prints it last.
     """
     record = supervise(
@@ -108,6 +113,16 @@ def run_attempt(
         exit_line = _say_summary(session, outcome, diagnosis, logs_ok)
     max_restarts = session.config.max_restarts if plan.rerun is None else 0
     report = report_record(outcome, diagnosis, plan.run.run_id, max_restarts, history)
+    code = exit_code(outcome, diagnosis)
+    restart = None
+    report["restarts"] = None
+    if failures is not None and outcome.retryable:
+        restart = _restart_decision(session, outcome, diagnosis, plan, failures)
+        if restart.code is not None:
+            exit_line = _recoded(exit_line, restart.code, code)
+            code = restart.code
+        report["restarts"] = restart.record(session.config.restart_policy)
+        report["exit_code"] = report["attempts"][-1]["exit_code"] = code
     written = write_report(report_file.report(outcome.attempt_dir), report)
     if not written and plan.rerun is None:  # a rerun's verdict is in the job's report
         # A full disk (or a log directory gone): the report is not lost, it is printed.
@@ -122,8 +137,9 @@ def run_attempt(
         outcome=outcome,
         diagnosis=diagnosis,
         report=report,
-        code=exit_code(outcome, diagnosis),
+        code=code,
         exit_line=exit_line,
+        restart=restart,
     )
 
 
@@ -167,3 +183,42 @@ def _say_summary(
         summary += lint_match(script, related(lint, diagnosis.klass, signature))
     session.console.say(summary)
     return exit_line
+
+
+def _restart_decision(
+    session: Session,
+    outcome: Outcome,
+    diagnosis: Diagnosis,
+    plan: LaunchPlan,
+    failures: list[AttemptFacts],
+) -> Decision:
+    """The restart policy on this failed attempt, said when it ends the restarts early."""
+    from safelaunch.restarts.facts import facts_of
+    from safelaunch.restarts.rule import Why, decide
+
+    config = session.config
+    failures.append(facts_of(outcome, diagnosis, plan.heartbeat_dir))
+    decision = decide(config.restart_policy, failures, config.max_restarts)
+    if decision.restart or not config.max_restarts:
+        return decision
+    if decision.why == Why.SPENT:
+        said = f"restarts: {decision.reason}, {decision.persistence}"
+    else:
+        left = config.max_restarts - outcome.attempt
+        said = (
+            f"restarts stopped ({left} of {config.max_restarts} left): {decision.reason}; "
+            "to restart anyway: --restart-policy always"
+        )
+    session.console.say(said)
+    return decision
+
+
+def _recoded(exit_line: str | None, code: int, own: int) -> str | None:
+    """The closing line with the restart policy's code for a scheduler in place of `own`."""
+    from safelaunch import exitcodes
+
+    meaning = "do not requeue" if code == exitcodes.NO_REQUEUE else "requeue may help"
+    _, _, logs = (exit_line or "").partition("; logs: ")
+    return f"exit code {code} ({meaning}; the root cause's own code: {own})" + (
+        f"; logs: {logs}" if logs else ""
+    )

@@ -27,6 +27,7 @@ SHUTDOWN_TIMEOUT_S = 30.0
 HANG_TIMEOUT_S = 300.0  # 0 turns hang detection off
 DEBUG_PROFILE = "default"  # safelaunch.debugenv.PROFILES
 ISOLATE = "auto"  # auto | always | never
+RESTART_POLICY = "auto"  # auto | always (torchrun's) | never: docs/restarts.md
 ISOLATE_TIMEOUT_S = 600.0  # cap on each isolation rerun
 COLOR = "auto"  # auto | always | never
 STATUS_INTERVAL_S = 2.0  # between `safelaunch status --watch` refreshes

@@ -13,7 +13,9 @@ LINT_FINDINGS = 1  # `safelaunch lint`: an error or warning found (hints alone: 
 USAGE = 2  # bad flag or value: nothing was started (argparse, and torchrun with it, use 2)
 NODE_LOST = 69  # multi-node: a node never joined, or vanished during the job (EX_UNAVAILABLE)
 INTERNAL = 70  # a bug in safelaunch (sysexits EX_SOFTWARE); please report it
+REQUEUE = 75  # restart policy auto: a transient failure used every restart (EX_TEMPFAIL)
 PREFLIGHT = 78  # an environment check failed before any rank started (EX_CONFIG)
+NO_REQUEUE = 93  # restart policy auto: the failure repeats; restarts ended (ft_launcher's 93)
 HANG = 124  # a hang was detected and the job torn down (timeout(1)'s convention)
 SIGNAL_BASE = 128  # interrupted by signal N, or a rank killed by signal N: 128 + N
 

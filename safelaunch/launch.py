@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none 
     from safelaunch.metrics_export import MetricsEndpoint
     from safelaunch.on_verdict import Notifier
     from safelaunch.rendezvous.membership import Membership
+    from safelaunch.restarts.rule import AttemptFacts
 
 
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
@@ -249,8 +250,14 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
     config, preflight, console = session.config, session.preflight, session.console
     receiver, membership = session.receiver, session.membership
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json
+    # the failed attempts, for the restart policy; a multi-node job restarts as torchrun
+    failures: list[AttemptFacts] | None = [] if membership is None else None
+    changes: list[dict[str, Any]] = []  # elastic: each new round of the rendezvous
+    lost: tuple[int, ...] = ()  # the nodes the last attempt lost
     for attempt in range(config.max_restarts + 1):
         late = receiver.take() if attempt else []
+        if membership is not None and attempt and not late and multinode.elastic(config):
+            changes.append(multinode.rejoin(config, preflight, console, membership, attempt, lost))
         if membership is not None:  # every node starts the attempt, or none does
             stopping, missing = membership.start_attempt(attempt, not late, multinode.START_TIMEOUT)
             if stopping or missing:
@@ -279,7 +286,9 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
             console.say(lint_banner(config.training_script, preflight.lint), Level.WARNING)
         try:
             peers = membership.watch(attempt) if membership is not None else None
-            concluded = run_attempt(session, plan, logs_ok=logs_ok, peers=peers, history=history)
+            concluded = run_attempt(
+                session, plan, logs_ok=logs_ok, peers=peers, history=history, failures=failures
+            )
             closing = concluded.exit_line
             if membership is not None:
                 if closing is not None:  # this node's own; the job's verdict comes last
@@ -292,19 +301,22 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
                     console=console,
                     receiver=receiver,
                     shutdown_timeout=config.shutdown_timeout,
+                    changes=changes,
                 )
-                retry, code, status = job.retryable, job.code, str(job.status)
+                retry, code, lost = multinode.goes_on(config, job), job.code, job.lost
+                status = str(job.status)
                 closing = f"exit code {job.code} on every node" if job.lines else None
             else:
                 retry, code = concluded.outcome.retryable, concluded.code
                 status = str(concluded.outcome.status)
-            restarting = retry and attempt < config.max_restarts
-            _told(notifier, plan, concluded, status, code, restarting)
-            if retry and attempt < config.max_restarts and closing is not None:
+            restart = concluded.restart
+            last = attempt == config.max_restarts or (restart is not None and not restart.restart)
+            _told(notifier, plan, concluded, status, code, retry and not last)
+            if retry and not last and closing is not None:
                 console.say(closing)  # a restart follows: this attempt's code, in its log
         finally:
             console.close_log()
-        if not retry or attempt == config.max_restarts:
+        if not retry or last:
             if retry and membership is None:
                 # imported here: a job that succeeds never loads isolation (launch cost)
                 from safelaunch.isolation.driver import isolate

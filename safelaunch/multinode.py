@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes
@@ -36,7 +36,7 @@ LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read 
 
 def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
     """Torch's rendezvous, the nodes' facts compared, this node placed."""
-    from safelaunch.rendezvous.membership import join as join_nodes
+    from safelaunch.rendezvous.joining import join as join_nodes
 
     where = (
         f"c10d at {config.rdzv_endpoint}"
@@ -46,15 +46,71 @@ def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> 
     low, high = config.nnodes
     count = str(low) if low == high else f"{low}-{high}"
     console.say(f"rendezvous ({where}): waiting for {count} node(s)")
-    host = config.local_addr or node_name(config.environ) or socket.getfqdn()
+    host = _host(config)
     membership = join_nodes(config, preflight.nproc, preflight.node_facts, host, console.say)
+    _say_placed(console, membership, host, preflight.nproc)
+    return membership
+
+
+def _host(config: LaunchConfig) -> str:
+    return config.local_addr or node_name(config.environ) or socket.getfqdn()
+
+
+def _say_placed(console: Console, membership: Membership, host: str, nproc: int) -> None:
     place = membership.placement
-    last = place.base_rank + preflight.nproc - 1
+    last = place.base_rank + nproc - 1
     console.say(
         f"node {place.node} of {place.nodes} ({host}): ranks {place.base_rank}-{last} of "
         f"{place.world_size}; every node checked alike (torch, CUDA, NCCL, driver, GPUs)"
     )
-    return membership
+
+
+def elastic(config: LaunchConfig) -> bool:
+    """--nnodes MIN:MAX on c10d: the nodes meet again at each restart, as torchrun's do."""
+    low, high = config.nnodes
+    return low < high and config.rdzv_backend == RdzvBackend.C10D
+
+
+def goes_on(config: LaunchConfig, job: JobVerdict) -> bool:
+    """A restart for the job: every node still there (torchrun's rule), or, elastic, the
+    nodes that remain (a lost node ends a fixed-size job: exit 69)."""
+    from safelaunch.outcome import AttemptStatus
+
+    failed = job.status in (AttemptStatus.FAILED, AttemptStatus.HUNG)
+    return job.retryable or (failed and elastic(config))
+
+
+def rejoin(
+    config: LaunchConfig,
+    preflight: PreflightReport,
+    console: Console,
+    membership: Membership,
+    attempt: int,
+    lost: Sequence[int],
+) -> dict[str, Any]:
+    """The next round of an elastic rendezvous before `attempt`: said, and recorded.
+
+    Returns the change for report.json's `membership`: which nodes left at which attempt,
+    how many nodes the new round has.
+    """
+    from safelaunch.rendezvous.joining import rejoin as rejoin_nodes
+
+    left = [membership.describe(n) for n in lost]
+    before = membership.placement.nodes
+    low, high = config.nnodes
+    without = f" without {', '.join(left)} (lost in attempt {attempt - 1})" if left else ""
+    console.say(f"elastic: rendezvous again for attempt {attempt}{without}: {low}-{high} node(s)")
+    host = _host(config)
+    rejoin_nodes(membership, config, preflight.nproc, preflight.node_facts, host)
+    _say_placed(console, membership, host, preflight.nproc)
+    return {
+        "attempt": attempt,
+        "left": left,
+        "left_in_attempt": attempt - 1 if left else None,
+        "nodes_before": before,
+        "nodes": membership.placement.nodes,
+        "hosts": list(membership.placement.hosts),
+    }
 
 
 def conclude(
@@ -66,6 +122,7 @@ def conclude(
     console: Console,
     receiver: SignalReceiver,
     shutdown_timeout: float,
+    changes: Sequence[Mapping[str, Any]] = (),
 ) -> JobVerdict:
     """Every node's summary exchanged; the same verdict drawn on every node, and reported.
 
@@ -90,6 +147,7 @@ def conclude(
     if job.lines:  # its "exit code" line is the caller's: the last line printed
         console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
     report["job"] = job_record(place, job)
+    report["membership"] = list(changes)  # elastic: the rounds so far (rejoin)
     write_report(report_file.report(outcome.attempt_dir), report)
     return job
 

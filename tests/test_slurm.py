@@ -67,6 +67,14 @@ class Job:
     def text(self) -> str:
         return self.out.read_text(errors="replace") if self.out.exists() else ""
 
+    def restarts(self) -> int:
+        """How often SLURM requeued the job (`Restarts=` of scontrol show job)."""
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "-o", self.id], capture_output=True, text=True
+        ).stdout
+        found = re.search(r"Restarts=(\d+)", shown)
+        return int(found[1]) if found else -1
+
     def state(self) -> tuple[str, str]:
         """(JobState, ExitCode) as `scontrol show job` records them."""
         shown = subprocess.run(
@@ -134,6 +142,13 @@ def jobs(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     fail_two = _script(base, "multi_node", failing, "fail_two")
     signals_one = _script(base, "one_node", rank, "signals_one")
     signals_two = _script(base, "multi_node", rank, "signals_two")
+    # The documented requeue line (docs/restarts.md): exit 75 asks SLURM for a requeue.
+    cases, requeue = worker("restart_cases.py"), base / "requeue.sbatch"
+    requeue.write_text(
+        "#!/bin/bash\nsource .venv/bin/activate\necho run $SLURM_RESTART_COUNT\n"
+        f"srun safelaunch --max-restarts 1 --isolate never {cases} || "
+        '{ code=$?; [ "$code" -eq 75 ] && scontrol requeue "$SLURM_JOB_ID"; exit "$code"; }\n'
+    )
     steps = base / "steps.sbatch"
     steps.write_text(
         "#!/bin/bash\nset -euo pipefail\nsource .venv/bin/activate\n"
@@ -151,6 +166,8 @@ def jobs(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         ("train_two", two, SMALL, {}),
         ("fail_two", fail_two, SMALL, {}),
         ("step", steps, [*SMALL, "--nodes=2", "--ntasks-per-node=1"], {"RUN_S": "1"}),
+        ("transient", requeue, [*SMALL, "--requeue", "--open-mode=append"], {"CASE": "kill"}),
+        ("deterministic", requeue, [*SMALL, "--requeue", "--open-mode=append"], {"CASE": "import"}),
     ]
     found = {name: _submit(base, name, s, opts, env) for name, s, opts, env in submitted}
     try:
@@ -264,3 +281,19 @@ def test_hard_time_limit_and_usr1_reach_the_ranks_once(jobs: dict[str, Job]) -> 
     assert text.count("saved") == 2 and "killing now" not in text, text
     assert [r["status"] for r in job.reports()] == ["interrupted"]
     _assert_gone(job)
+
+
+def test_requeue_follows_the_restart_verdict(jobs: dict[str, Job]) -> None:
+    """--requeue and the documented line: a transient failure that used its restarts (75)
+    is requeued and then succeeds; a deterministic one (93) ends FAILED, not requeued."""
+    transient, deterministic = jobs["transient"], jobs["deterministic"]
+    assert transient.wait() == ("COMPLETED", "0:0"), transient.text()
+    assert transient.restarts() == 1, transient.text()
+    text = transient.text()
+    assert "exit code 75 (requeue may help; the root cause's own code: 137)" in text, text
+    assert "run 1" in text  # the requeued run: SLURM_RESTART_COUNT=1
+    assert deterministic.wait() == ("FAILED", "93:0"), deterministic.text()
+    assert deterministic.restarts() == 0
+    assert "restarts stopped (1 of 1 left): deterministic failure" in deterministic.text()
+    _assert_gone(transient)
+    _assert_gone(deterministic)

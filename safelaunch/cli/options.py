@@ -233,6 +233,14 @@ LAUNCH_OPTIONS = (
         help="TOML file of your own failure signatures, matched before the built-in ones.",
     ),
     _own(
+        "restart-policy",
+        choices=["auto", "always", "never"],
+        default=defaults.RESTART_POLICY,
+        help="Which failures --max-restarts restarts (auto: not one that would repeat: a "
+        "deterministic signature, or the same failure at the same step again; always: "
+        "every one, as torchrun; never: none). See docs/restarts.md.",
+    ),
+    _own(
         "isolate",
         choices=["auto", "always", "never"],
         default=defaults.ISOLATE,

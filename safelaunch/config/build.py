@@ -169,6 +169,7 @@ def build_config(
         rdzv_conf=parse_rdzv_conf(raw["rdzv_conf"]),
         standalone=raw["standalone"],
         max_restarts=raw["max_restarts"],
+        restart_policy=Switch(raw.get("restart_policy", defaults.RESTART_POLICY)),
         monitor_interval=raw["monitor_interval"],
         start_method=StartMethod(raw["start_method"]),
         role=raw["role"],

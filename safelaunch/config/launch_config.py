@@ -47,6 +47,7 @@ START_METHODS = tuple(method.value for method in StartMethod)
 EVENT_LOG_HANDLERS = ("null", "console", "dynamic_rendezvous")
 NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
 _ISOLATE = Switch(defaults.ISOLATE)
+_RESTART_POLICY = Switch(defaults.RESTART_POLICY)
 _DEBUG_PROFILE = DebugProfile(defaults.DEBUG_PROFILE)
 _RDZV_BACKEND = RdzvBackend(defaults.RDZV_BACKEND)
 _START_METHOD = StartMethod(defaults.START_METHOD)
@@ -93,6 +94,7 @@ class LaunchConfig:
     rdzv_conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     standalone: bool = False
     max_restarts: int = defaults.MAX_RESTARTS
+    restart_policy: Switch = _RESTART_POLICY  # which failures restart (safelaunch.restarts)
     monitor_interval: float = defaults.MONITOR_INTERVAL_S
     start_method: StartMethod = _START_METHOD
     role: str = defaults.ROLE

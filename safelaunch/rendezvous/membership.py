@@ -13,10 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from safelaunch import defaults
-from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
-from safelaunch.rendezvous import Placement, assign, fact_mismatches
+from safelaunch.rendezvous import Placement
 from safelaunch.rendezvous.stops import NodeStop, StopKind, from_json
 from safelaunch.vocab import StrEnum
 
@@ -51,6 +49,8 @@ class Joined:
     master_addr: str
     master_port: int
     shutdown: Callable[[], Any]
+    # the next round of the same rendezvous: (joined, store), torchstore.TextStore's
+    next_round: Callable[[], tuple[Joined, KeyValue]] | None = None
 
 
 class Waiting(Protocol):
@@ -255,6 +255,22 @@ class Membership:
         port = int(self._store.get(key).decode())
         return replace(self.placement, master_port=port)
 
+    def take(self, fresh: Membership) -> None:
+        """Become `fresh`, the next round's membership (elastic): the old round's liveness
+        thread stops, its workers' store goes; the launch keeps this one object."""
+        self._stop_beating.set()
+        self._workers_store = None
+        self.placement, self._store, self._joined = fresh.placement, fresh._store, fresh._joined
+        self.lost_after, self._beat_every, self._seen = fresh.lost_after, fresh._beat_every, {}
+        self._stop_beating, self._beater = fresh._stop_beating, fresh._beater
+
+    def next_round(self) -> tuple[Joined, KeyValue]:
+        """Torch's rendezvous again (elastic): the nodes that remain and those that wait."""
+        if self._joined.next_round is None:
+            raise RendezvousError("this rendezvous has no next round", "use --rdzv-backend c10d")
+        self._stop_beating.set()  # a node left the round: it no longer counts as alive in it
+        return self._joined.next_round()
+
     def leave(self, timeout: float) -> None:
         """Close in step: nobody's last read may find the store's host already gone."""
         with contextlib.suppress(Exception):
@@ -324,83 +340,3 @@ class NodeWatch:
         self.announced = True
         with contextlib.suppress(Exception):  # else the others find this node silent
             self._membership.announce_stop(self._attempt, stop)
-
-
-def join(
-    config: LaunchConfig,
-    nproc: int,
-    facts: Mapping[str, Any],
-    host: str,
-    say: Callable[[str], None],
-) -> Membership:
-    """Rendezvous with the other nodes, exchange facts, and place this node's ranks.
-
-    A node that does not host the store also tries to reach it (reach.py) and `say`s
-    within seconds when it cannot.
-    """
-    from safelaunch.rendezvous.reach import ReachProbe, probe_target
-
-    target = probe_target(config)
-    probe = ReachProbe(*target, say) if target is not None else None
-    if probe is not None:
-        probe.start()  # before torch's import: that alone takes seconds on a busy node
-    try:
-        from safelaunch.rendezvous import torchstore  # imports torch: multi-node only
-
-        joined, store = torchstore.rendezvous(config)
-    finally:
-        if probe is not None:
-            probe.stop()
-    interval = float(config.rdzv_conf.get("keep_alive_interval", defaults.KEEP_ALIVE_INTERVAL_S))
-    attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", defaults.KEEP_ALIVE_MAX_ATTEMPT))
-    membership = Membership(
-        store,
-        joined,
-        Placement(
-            node=joined.node,
-            nodes=joined.nodes,
-            base_rank=0,
-            world_size=0,
-            master_addr=joined.master_addr,
-            master_port=joined.master_port,
-            run_id=config.rdzv_id or "none",
-            hosts=(),
-            nprocs=(),
-        ),
-        lost_after=interval * attempts,
-        beat_every=interval / 2,
-    )
-    timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
-    mine = json.dumps({"host": host, "nproc": nproc, **facts})
-    found = membership.gather("node", mine, timeout)
-    missing = [node for node, value in enumerate(found) if value is None]
-    if missing:
-        raise RendezvousError(
-            f"node(s) {', '.join(map(str, missing))} never reported after the rendezvous "
-            f"({timeout:g} s)",
-            "check that every node runs safelaunch with the same rendezvous flags",
-        )
-    everyone = [json.loads(value or "{}") for value in found]
-    nprocs = tuple(int(node["nproc"]) for node in everyone)
-    base, world = assign(joined.node, nprocs)
-    membership.placement = Placement(
-        node=joined.node,
-        nodes=joined.nodes,
-        base_rank=base,
-        world_size=world,
-        master_addr=joined.master_addr,
-        master_port=joined.master_port,
-        run_id=config.rdzv_id or "none",
-        hosts=tuple(str(node["host"]) for node in everyone),
-        nprocs=nprocs,
-    )
-    problems = fact_mismatches(everyone)
-    if problems:
-        membership.leave(timeout=5)
-        raise RendezvousError(
-            "; ".join(problems),
-            "install the same torch/CUDA/NCCL/driver on every node (safelaunch doctor on each)",
-            preflight=True,
-        )
-    membership.start_beating()
-    return membership

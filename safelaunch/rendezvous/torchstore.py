@@ -113,28 +113,47 @@ def rendezvous(config: LaunchConfig) -> tuple[Joined, TextStore]:
         ) from None
     try:
         handler = get_rendezvous_handler(_parameters(config))
+    except Exception as exc:
+        raise _failed(config, exc) from None
+    return _round(config, handler, PrefixStore)
+
+
+def _failed(config: LaunchConfig, exc: Exception) -> RendezvousError:
+    where = (
+        config.rdzv_endpoint
+        if config.rdzv_backend == RdzvBackend.C10D
+        else f"{config.master_addr or '127.0.0.1'}:{config.master_port or STATIC_DEFAULT_PORT}"
+    )
+    return RendezvousError(
+        f"rendezvous ({config.rdzv_backend} at {where}) failed: {type(exc).__name__}: "
+        f"{str(exc).splitlines()[0] if str(exc) else ''}",
+        "check that every node runs safelaunch with the same --nnodes and rendezvous flags "
+        "and that the endpoint is reachable from all of them",
+    )
+
+
+def _round(config: LaunchConfig, handler: Any, prefix_store: Any) -> tuple[Joined, TextStore]:
+    """The next round of torch's rendezvous: the first, or an elastic re-rendezvous.
+
+    Torch's c10d handler leaves the finished round and joins the next one with the nodes
+    that remain and those that waited to join. Its store comes prefixed with the round
+    (torch.rendezvous.<id>.<round>): no round reads the last one's liveness counters or
+    votes, whichever node joined when.
+    """
+    try:
         info = handler.next_rendezvous()
     except Exception as exc:
-        where = (
-            config.rdzv_endpoint
-            if config.rdzv_backend == RdzvBackend.C10D
-            else f"{config.master_addr or '127.0.0.1'}:{config.master_port or STATIC_DEFAULT_PORT}"
-        )
-        raise RendezvousError(
-            f"rendezvous ({config.rdzv_backend} at {where}) failed: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}",
-            "check that every node runs safelaunch with the same --nnodes and rendezvous flags "
-            "and that the endpoint is reachable from all of them",
-        ) from None
+        raise _failed(config, exc) from None
     store_info = info.bootstrap_store_info
     if store_info is None:  # not from torch 2.13's c10d or static handlers
         raise RendezvousError("the rendezvous gave no store for the workers", "use c10d or static")
-    ours = PrefixStore(f"safelaunch/{config.rdzv_id or 'none'}", info.store)
+    ours = prefix_store(f"safelaunch/{config.rdzv_id or 'none'}", info.store)
     joined = Joined(
         node=info.rank,
         nodes=info.world_size,
         master_addr=store_info.master_addr,
         master_port=int(store_info.master_port),
         shutdown=handler.shutdown,
+        next_round=lambda: _round(config, handler, prefix_store),
     )
     return joined, TextStore(ours)

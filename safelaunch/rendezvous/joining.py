@@ -1,0 +1,126 @@
+"""Joining a multi-node job: torch's rendezvous, the nodes' facts compared, this node placed.
+
+`join` for the first round; `rejoin` for the next one of an elastic job (--nnodes MIN:MAX),
+after a node was lost or to admit one that waits: the same steps over the new round.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from safelaunch import defaults
+from safelaunch.config import LaunchConfig
+from safelaunch.errors import RendezvousError
+from safelaunch.rendezvous import Placement, assign, fact_mismatches
+from safelaunch.rendezvous.membership import Joined, KeyValue, Membership
+
+
+def join(
+    config: LaunchConfig,
+    nproc: int,
+    facts: Mapping[str, Any],
+    host: str,
+    say: Callable[[str], None],
+) -> Membership:
+    """Rendezvous with the other nodes, exchange facts, and place this node's ranks.
+
+    A node that does not host the store also tries to reach it (reach.py) and `say`s
+    within seconds when it cannot.
+    """
+    from safelaunch.rendezvous.reach import ReachProbe, probe_target
+
+    target = probe_target(config)
+    probe = ReachProbe(*target, say) if target is not None else None
+    if probe is not None:
+        probe.start()  # before torch's import: that alone takes seconds on a busy node
+    try:
+        from safelaunch.rendezvous import torchstore  # imports torch: multi-node only
+
+        joined, store = torchstore.rendezvous(config)
+    finally:
+        if probe is not None:
+            probe.stop()
+    return _placed(config, joined, store, nproc, facts, host)
+
+
+def rejoin(
+    membership: Membership,
+    config: LaunchConfig,
+    nproc: int,
+    facts: Mapping[str, Any],
+    host: str,
+) -> None:
+    """The next round of an elastic job's rendezvous, taken over by `membership`.
+
+    Every node that remains calls it, after the same verdict (diagnose/nodes.py); a node
+    that started late waits in torch's rendezvous and joins the same round. The node
+    ranks, world size and the workers' store are the new round's.
+    """
+    joined, store = membership.next_round()
+    membership.take(_placed(config, joined, store, nproc, facts, host))
+
+
+def _placed(
+    config: LaunchConfig,
+    joined: Joined,
+    store: KeyValue,
+    nproc: int,
+    facts: Mapping[str, Any],
+    host: str,
+) -> Membership:
+    """The nodes of one round: facts exchanged and compared, this node's ranks placed."""
+    interval = float(config.rdzv_conf.get("keep_alive_interval", defaults.KEEP_ALIVE_INTERVAL_S))
+    attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", defaults.KEEP_ALIVE_MAX_ATTEMPT))
+    membership = Membership(
+        store,
+        joined,
+        Placement(
+            node=joined.node,
+            nodes=joined.nodes,
+            base_rank=0,
+            world_size=0,
+            master_addr=joined.master_addr,
+            master_port=joined.master_port,
+            run_id=config.rdzv_id or "none",
+            hosts=(),
+            nprocs=(),
+        ),
+        lost_after=interval * attempts,
+        beat_every=interval / 2,
+    )
+    timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
+    mine = json.dumps({"host": host, "nproc": nproc, **facts})
+    found = membership.gather("node", mine, timeout)
+    missing = [node for node, value in enumerate(found) if value is None]
+    if missing:
+        raise RendezvousError(
+            f"node(s) {', '.join(map(str, missing))} never reported after the rendezvous "
+            f"({timeout:g} s)",
+            "check that every node runs safelaunch with the same rendezvous flags",
+        )
+    everyone = [json.loads(value or "{}") for value in found]
+    nprocs = tuple(int(node["nproc"]) for node in everyone)
+    base, world = assign(joined.node, nprocs)
+    membership.placement = Placement(
+        node=joined.node,
+        nodes=joined.nodes,
+        base_rank=base,
+        world_size=world,
+        master_addr=joined.master_addr,
+        master_port=joined.master_port,
+        run_id=config.rdzv_id or "none",
+        hosts=tuple(str(node["host"]) for node in everyone),
+        nprocs=nprocs,
+    )
+    problems = fact_mismatches(everyone)
+    if problems:
+        membership.leave(timeout=5)
+        raise RendezvousError(
+            "; ".join(problems),
+            "install the same torch/CUDA/NCCL/driver on every node (safelaunch doctor on each)",
+            preflight=True,
+        )
+    membership.start_beating()
+    return membership

@@ -1,0 +1,92 @@
+"""Elastic membership on loopback (docs/multinode.md): --nnodes MIN:MAX on torch's c10d.
+
+Three safelaunch processes are three nodes; one is killed whole mid-training, and the two
+that remain meet again in torch's rendezvous and finish the job on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_orphans, start, worker
+
+pytestmark = pytest.mark.slow
+JOB = worker("elastic.py")
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
+# a lost node known within 2 s; a round closes 1 s after its last join
+FAST = "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60"
+
+
+def _flags(port: int, node: int) -> list[str]:
+    return [
+        "--nnodes=2:3",
+        "--nproc-per-node=1",
+        "--max-restarts=3",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=elastic",
+        f"--rdzv-conf={FAST},is_host={int(node == 0)}",  # the first hosts torch's store
+        JOB,
+    ]
+
+
+def _wait_ready(tmp_path: Path, ranks: int, procs: list) -> None:  # type: ignore[type-arg]
+    deadline = time.monotonic() + 90
+    while len(list(tmp_path.glob("node*/pids/ready-*"))) < ranks:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            for proc in procs:
+                proc.kill()
+            pytest.fail(f"ranks not ready: {[p.communicate() for p in procs]}")
+        time.sleep(0.1)
+
+
+def _report(tmp_path: Path, launcher: int, attempt: int) -> dict:  # type: ignore[type-arg]
+    """A launcher's report.json of an attempt, checked against the documented schema."""
+    run = (tmp_path / f"node{launcher}" / "logs" / "latest").resolve()
+    report = json.loads((run / f"attempt_{attempt}" / "report.json").read_text())
+    pytest.importorskip("jsonschema").validate(report, SCHEMA)
+    return report  # type: ignore[no-any-return]
+
+
+def test_a_lost_node_leaves_the_others_training_on(tmp_path: Path) -> None:
+    port = random.randint(20000, 45000)
+    started = []
+    for n in range(3):
+        where = tmp_path / f"node{n}"
+        where.mkdir()
+        started.append(start(where, *_flags(port, n), text=True))
+    procs = [proc for proc, _ in started]
+    began = time.monotonic()
+    _wait_ready(tmp_path, 3, procs)
+    print(f"ready after {time.monotonic() - began:.1f} s")
+    began = time.monotonic()
+    victim, survivors = procs[2], procs[:2]
+    os.killpg(victim.pid, signal.SIGKILL)  # the node whole: its launcher's process group
+    _, victim_err = victim.communicate(timeout=30)
+    left = re.search(r"node (\d) of 3", victim_err)
+    assert left is not None, victim_err
+    results = [proc.communicate(timeout=120) for proc in survivors]
+    print(f"survivors done {time.monotonic() - began:.1f} s after the kill")
+    for (out, err), proc in zip(results, survivors, strict=True):
+        assert proc.returncode == 0, err
+        assert f"without node {left[1]} (" in err and "(lost in attempt 0)" in err, err
+        assert re.search(r"node \d of 2 \(", err), err
+        assert re.search(r"attempt 1: rank \d of 2 trained 3 steps", out), out
+    for launcher in (0, 1):
+        first = _report(tmp_path, launcher, 0)["job"]
+        assert first["nodes"] == 3 and first["lost_nodes"] == [int(left[1])]
+        last = _report(tmp_path, launcher, 1)
+        assert last["status"] == "succeeded" and last["job"]["nodes"] == 2
+        (change,) = last["membership"]
+        assert change["attempt"] == 1 and change["left_in_attempt"] == 0
+        assert change["nodes_before"] == 3 and change["nodes"] == 2
+        assert change["left"][0].startswith(f"node {left[1]} (")
+    for _, mark in started:
+        assert_no_orphans(mark, within=5.0)
