@@ -12,6 +12,7 @@ from pathlib import Path
 
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
+from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
@@ -127,6 +128,7 @@ class Outcome:
     hang: HangEvidence | None = None
     timebox_note: str | None = None  # an isolation rerun: why it was stopped early
     peer_event: NodeStop | None = None  # multi-node: another node made this one stop
+    hang_deadline: Deadline | None = None  # the hang deadline at the attempt's end
 
     @property
     def retryable(self) -> bool:
@@ -215,4 +217,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         hang=record.hang,
         timebox_note=record.timebox_note,
         peer_event=record.peer_event,
+        hang_deadline=record.hang_deadline,
     )

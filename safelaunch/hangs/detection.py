@@ -80,6 +80,10 @@ class HangEvidence:
     # the job was suspended whole before the hang showed: ages leave that time out, so
     # "no progress for X s" is the time the ranks had to make progress, not the suspend's
     unseen: Unseen = ALL_SEEN
+    # why `timeout` was the deadline: "3 x the median gap 0.3 s" (auto), "as given" (fixed)
+    basis: str = "fixed"
+    why: str = ""
+    auto: bool = False
 
 
 def last_progress(
