@@ -33,7 +33,7 @@ from safelaunch.vocab import StrEnum
 
 FLOOR_S = 7.0  # never shorter: a healthy job may pause briefly as a whole (GC, a slow disk)
 WARMUP_STEPS = 8  # steps before the rhythm counts as known ...
-WARMUP_GAPS = 16  # ... and quiet gaps closed (a gap needs two events to be measured)
+WARMUP_GAPS = 10  # ... and quiet gaps closed (a gap needs two events to be measured)
 WINDOW = 64  # the rhythm follows the recent gaps: a step time that grows slowly is followed
 MEDIAN_FACTOR = 3.0
 TAIL_QUANTILE = 0.9
