@@ -28,6 +28,7 @@ from safelaunch.hangs.rhythm import (
     quantile,
 )
 from safelaunch.rundir.heartbeat_file import Beat
+from safelaunch.supervisor.watchers import HangWatch, PeerHang
 
 # what the watch adds to the deadline before it declares: a heartbeat interval (auto: 1 s)
 # before a stopped rank's record shows it, the file-read throttle (0.5 s), a tick
@@ -49,13 +50,14 @@ def healthy(
     `growth` a step; a first step of `first_s`; every `pause_every` steps a pause of about
     `pause_s` (+-20%), the first one shown within the warm-up (so "of a kind seen before").
 
-    Healthy by construction: a step time within +-35% of its trend most of the time
-    (lognormal, sigma <= 0.3), growing 2% a step at most, and no long phase whose first
+    Healthy by construction: a step time lognormal around its trend (sigma <= 0.3, cut
+    at 2.5 sigma: within x/÷ 2.1), growing 2% a step at most, and no long phase whose first
     showing outlasts the fixed default (which would kill it today as well)."""
     rng = random.Random(seed)
     gaps = [first_s]
     for i in range(1, steps):
-        gap = step_s * (1 + growth) ** i * math.exp(rng.gauss(0, spread))
+        noise = max(-2.5, min(2.5, rng.gauss(0, 1)))  # a tail past 2.5 sigma is no rhythm
+        gap = step_s * (1 + growth) ** i * math.exp(spread * noise)
         if pause_every and i % pause_every == min(3, pause_every - 1):
             gap = max(gap, pause_s * rng.uniform(0.8, 1.2))
         gaps.append(gap)
@@ -162,3 +164,56 @@ def test_the_learner_measures_gaps_between_progress_and_leaves_unseen_time_out()
     assert learner.deadline(ranks).seconds == FLOOR_S
     silent = RankProgress(rank=1, last_progress=t, beat=None, heartbeat=False)
     assert learner.deadline([*ranks, silent]).seconds == defaults.HANG_TIMEOUT_S
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return self.t + 1_700_000_000.0
+
+
+def _caught_after(peers: dict[int, PeerHang | None] | None, stop_at: float = 40.0) -> float | None:
+    """A rank stepping every second until `stop_at`: seconds from its last step to the hang."""
+    clock = _Clock()
+    state = {"t": clock.wall(), "seq": 0}
+
+    def progress() -> list[RankProgress]:
+        if clock.t - 100 < stop_at and clock.wall() - state["t"] >= 1.0:
+            state["t"], state["seq"] = clock.wall(), state["seq"] + 1
+        beat = _beat(0, int(state["seq"]), state["t"])
+        return [RankProgress(rank=0, last_progress=state["t"], beat=beat)]
+
+    watch = HangWatch(
+        clock=clock,
+        progress=progress,
+        sample=lambda: None,
+        sample_every=1.0,
+        timeout=defaults.HANG_TIMEOUT_S,
+        interval=1.0,
+        pace=0.6,
+        auto=True,
+        peers=None if peers is None else (lambda: peers),
+    )
+    for _ in range(2000):  # a look every half second, 1000 s
+        clock.t += 0.5
+        if watch.poll(clock.t) is not None:
+            return clock.wall() - state["t"]
+    return None
+
+
+def test_the_watch_applies_the_learned_deadline_and_waits_for_other_nodes() -> None:
+    alone = _caught_after(None)
+    assert alone is not None and FLOOR_S <= alone <= FLOOR_S + 1.5
+    # another node's longer deadline holds here too; one not heard from: the fixed default
+    slower = _caught_after({1: PeerHang(deadline=30.0, quiet=1000.0)})
+    assert slower is not None and 30.0 <= slower <= 31.5
+    unheard = _caught_after({1: None})
+    assert unheard is not None and 300.0 <= unheard <= 301.5
+    # another node's ranks still progress: no hang on its behalf before the fixed default
+    busy = _caught_after({1: PeerHang(deadline=FLOOR_S, quiet=0.5)})
+    assert busy is not None and 300.0 <= busy <= 301.5

@@ -170,11 +170,18 @@ class Learner:
         return self._rhythms.get(rank, Rhythm())
 
     def deadline(self, progress: Iterable[RankProgress]) -> Deadline:
-        """The job's: the widest of its live ranks' (one without a heartbeat: warm-up)."""
+        """The job's: the widest of its live ranks' (one without a heartbeat: warm-up).
+
+        A rank past its final record is exiting: its script's rhythm says nothing about
+        how long the interpreter's teardown takes (measured: over 7 s of a torch rank on
+        a loaded machine, without heartbeat or CPU), so it gets the fixed default too.
+        """
         default = deadline(Rhythm(), self._warmup)
         return widest(
             (
-                deadline(self.rhythm(r.rank), self._warmup) if r.heartbeat else default
+                deadline(self.rhythm(r.rank), self._warmup)
+                if r.heartbeat and not (r.beat is not None and r.beat.final)
+                else default
                 for r in progress
             ),
             default,

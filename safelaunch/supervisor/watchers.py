@@ -210,7 +210,7 @@ class HangWatch:
         unseen = self._lookout.unseen
         ages = [unseen.age(r.last_progress, wall) for r in progress]
         self.quiet = max(0.0, min(ages, default=0.0))
-        if self._learner is not None:
+        if self._learner is not None and progress:  # none live: the last deadline stands
             self._learner.observe(progress, unseen)
             self.deadline = self._with_peers(self._learner.deadline(progress))
         hung = is_hung(progress, wall, self.deadline.seconds, self._interval, unseen)
