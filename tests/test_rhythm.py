@@ -51,7 +51,7 @@ def healthy(
     `pause_s` (+-20%), the first one shown within the warm-up (so "of a kind seen before").
 
     Healthy by construction: a step time lognormal around its trend (sigma <= 0.3, cut
-    at 2.5 sigma: within x/÷ 2.1), growing 2% a step at most, and no long phase whose first
+    at 2.5 sigma: within x/÷ 2.1), growing 1% a step at most, and no long phase whose first
     showing outlasts the fixed default (which would kill it today as well)."""
     rng = random.Random(seed)
     gaps = [first_s]
@@ -74,7 +74,7 @@ rhythms = st.fixed_dictionaries(
         "first_s": st.floats(0.05, 290),
         "pause_every": st.sampled_from([0, 5, 20, 50]),
         "pause_s": st.floats(0, 240),
-        "growth": st.floats(0, 0.02),
+        "growth": st.floats(0, 0.01),
     }
 )
 

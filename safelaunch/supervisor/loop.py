@@ -149,7 +149,7 @@ class _Attempt:
             duration=self._clock.monotonic() - self._t0,
             timebox_note=self._timebox_note,
             peer_event=self._peer_event,
-            hang_deadline=self.hang_deadline,
+            hang_deadline=self._hang_watch.learned if self._hang_watch is not None else None,
         )
 
     # --- watching -------------------------------------------------------------

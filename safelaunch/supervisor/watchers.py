@@ -193,6 +193,8 @@ class HangWatch:
         self._learner = Learner(timeout) if auto else None
         self._peers = peers
         self.deadline = self._learner.deadline(()) if self._learner else fixed(timeout)
+        # the last deadline of the ranks' rhythm, before any began to exit (report.json)
+        self.learned = self.deadline
         self.quiet = 0.0  # how long this node's ranks have been without progress, at the last look
         # at least one heartbeat interval after a resume: as long as a record may be late
         settle = stale_after(interval)
@@ -213,6 +215,8 @@ class HangWatch:
         if self._learner is not None and progress:  # none live: the last deadline stands
             self._learner.observe(progress, unseen)
             self.deadline = self._with_peers(self._learner.deadline(progress))
+            if not any(r.beat is not None and r.beat.final for r in progress):
+                self.learned = self.deadline
         hung = is_hung(progress, wall, self.deadline.seconds, self._interval, unseen)
         if not hung or self._peer_progresses():
             self._lookout.forget_before(_earliest(progress, wall))
