@@ -12,14 +12,21 @@
    0.2 s). Target: <= 1%.
 3. The same end to end: a DDP step loop (2 ranks) timed inside rank 0 under torchrun and
    under safelaunch, interleaved in shuffled order; the spread shows this machine's noise.
+4. `--hang-timeout auto` (the default), `--auto` alone: real hangs in jobs of several step
+   times (target: caught within 3 x the median step interval + 10 s) and generated slow
+   but healthy kinds plus the fault zoo's healthy cases (target: 0 false hangs). The
+   fixed default needs 300 s + its lag for every hang here and raises no false alarm on
+   these cases either (none is quiet for 300 s).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +39,8 @@ PYTHON = sys.executable
 SAFELAUNCH = [PYTHON, "-m", "safelaunch"]
 TORCHRUN = [str(Path(PYTHON).with_name("torchrun"))]
 HANG_CASE = HERE.parent / "tests" / "workers" / "hang_cases.py"
+RHYTHM_JOB = HERE.parent / "tests" / "workers" / "rhythm_job.py"
+ZOO_HEALTHY = sorted((HERE / "faults" / "scenarios").glob("ok_*.py"))
 
 
 def latency(work: Path, timeout: float) -> None:
@@ -140,16 +149,121 @@ def overhead(work: Path, steps: int, repeat: int) -> None:
         )
 
 
+# (name, step seconds, rhythm_job.py settings): hangs, then slow but healthy kinds
+AUTO_HANGS = (
+    ("0.3 s steps", 0.3, {"STEPS": "300", "HANG_AT": "40"}),
+    ("2.5 s steps", 2.5, {"STEPS": "100", "HANG_AT": "14"}),
+)
+PAUSES = {"PAUSE_S": "12", "PAUSE_FROM": "2", "PAUSE_EVERY": "43"}  # at steps 2 and 45
+AUTO_HEALTHY = (
+    ("rank-0-only evaluation, 20 s", {"STEPS": "60", "EVAL_S": "20", "EVAL_FROM": "45"}),
+    ("rank-0 checkpoint save, 12 s (40 steps)", {"STEPS": "60", "SAVE_S": "12", "SAVE_FROM": "45"}),
+    ("step time growing 6% a step, 0.3-2.3 s", {"STEPS": "35", "GROWTH": "0.06"}),
+    ("all ranks quiet 12 s, shown in warm-up", {"STEPS": "60", **PAUSES}),
+    ("whole job SIGSTOPped 20 s, then SIGCONT", {"STEPS": "150", "SUSPEND": "1"}),
+    ("4 CPU hogs beside the job", {"STEPS": "120", "HOGS": "4"}),
+)  # fmt: skip
+
+
+def _tree(root: int) -> list[int]:
+    """root and every descendant, from /proc (the ranks run in their own sessions)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _suspend(proc: subprocess.Popen[bytes], after: float, seconds: float) -> None:
+    time.sleep(after)
+    pids = _tree(proc.pid)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGSTOP)
+    time.sleep(seconds)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def _auto_run(work: Path, target: list[str], extra: dict[str, str]) -> tuple[int, dict, float]:
+    """One run under the default --hang-timeout auto: (exit code, report.json, wall s)."""
+    logs = work / "logs"
+    env = {**os.environ, "PIDS_DIR": str(work), "STEP_S": "0.3", **extra}
+    hogs = [
+        subprocess.Popen([PYTHON, "-c", "while True: pass"])
+        for _ in range(int(extra.get("HOGS", "0")))
+    ]
+    cmd = [*SAFELAUNCH, "--log-dir", str(logs), "--nproc-per-node=2", "--isolate=never", *target]
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if extra.get("SUSPEND"):
+            _suspend(proc, after=25.0, seconds=20.0)
+        code = proc.wait(timeout=600)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    report = json.loads(next(logs.glob("latest/attempt_0/report.json")).read_text())
+    return code, report, time.monotonic() - start
+
+
+def adaptive(work: Path) -> None:
+    print("--hang-timeout auto (the default), 2 Gloo ranks, quiet steps (a sleep, as a GPU wait)")
+    for name, step, extra in AUTO_HANGS:
+        case = work / f"hang-{step}"
+        case.mkdir()
+        code, report, _ = _auto_run(case, [str(RHYTHM_JOB)], {**extra, "STEP_S": str(step)})
+        evidence = json.loads(next(case.glob("logs/latest/attempt_0/stacks/hang.json")).read_text())
+        found = evidence["detected_at"] - float((case / "hang_start").read_text())
+        target = 3 * step + 10
+        deadline = report["hang_deadline"]
+        print(
+            f"  hang, {name:<12} exit {code}, caught {found:5.1f} s after it began "
+            f"(target <= {target:.1f} s: {'ok' if found <= target else 'MISSED'}); "
+            f"deadline {deadline['seconds']:g} s: {deadline['why']}; fixed default: 300 s + lag"
+        )
+    cases = [(n, [str(RHYTHM_JOB)], e) for n, e in AUTO_HEALTHY]
+    cases += [(f"zoo {p.stem}", [str(p)], {}) for p in ZOO_HEALTHY]
+    false = 0
+    for i, (name, target, extra) in enumerate(cases):
+        case = work / f"healthy-{i}"
+        case.mkdir()
+        code, report, wall = _auto_run(case, target, extra)
+        false += report["status"] == "hung"
+        deadline = report["hang_deadline"]
+        print(
+            f"  healthy, {name:<42} {report['status']:<9} exit {code} in {wall:5.1f} s; "
+            f"deadline at the end {deadline['seconds']:g} s ({deadline['basis']})"
+        )
+    print(f"  false hangs: {false} of {len(cases)} healthy runs (target 0)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=5.0)
+    parser.add_argument("--auto", action="store_true", help="only part 4 (--hang-timeout auto)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        if args.auto:
+            adaptive(Path(tmp))
+            return
         latency(Path(tmp), args.timeout)
         sample_cost(Path(tmp))
         overhead(Path(tmp), args.steps, args.repeat)
+        adaptive(Path(tmp))
 
 
 if __name__ == "__main__":

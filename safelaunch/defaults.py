@@ -24,7 +24,8 @@ SIGNALS_TO_HANDLE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUI
 SHUTDOWN_TIMEOUT_S = 30.0
 
 # safelaunch's own
-HANG_TIMEOUT_S = 300.0  # 0 turns hang detection off
+HANG_TIMEOUT_S = 300.0  # 0 turns hang detection off; auto's deadline until the rhythm is known
+HANG_AUTO = "auto"  # --hang-timeout's default: learned from the job's rhythm (hangs/rhythm.py)
 DEBUG_PROFILE = "default"  # safelaunch.debugenv.PROFILES
 ISOLATE = "auto"  # auto | always | never
 RESTART_POLICY = "auto"  # auto | always (torchrun's) | never: docs/restarts.md

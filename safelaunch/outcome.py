@@ -13,6 +13,7 @@ from pathlib import Path
 from safelaunch import exitcodes
 from safelaunch.exitcodes import signal_name
 from safelaunch.hangs.detection import Survivors
+from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import DUMP_SIGNAL
 from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.supervisor import AttemptRecord, HangEvidence, RankExit
@@ -131,6 +132,7 @@ class Outcome:
     multinode: bool = False  # one node of several: its ranks are not the whole job
     # a failure: where the ranks still alive were when it happened (taken before teardown)
     survivors: Survivors | None = None
+    hang_deadline: Deadline | None = None  # the hang deadline at the attempt's end
 
     @property
     def retryable(self) -> bool:
@@ -221,4 +223,5 @@ def outcome_of(record: AttemptRecord) -> Outcome:
         peer_event=record.peer_event,
         multinode=record.plan.node is not None,
         survivors=record.survivors,
+        hang_deadline=record.hang_deadline,
     )

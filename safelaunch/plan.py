@@ -119,10 +119,11 @@ class LaunchPlan:
     color: bool
     env_choices: tuple[EnvChoice, ...]
     heartbeat_dir: Path
-    hang_timeout: float  # 0: off
+    hang_timeout: float  # 0: off; with hang_auto, the deadline until the rhythm is known
     heartbeat_interval: float
     rerun: Rerun | None = None  # an isolation rerun, not an attempt of the job
     node: int | None = None  # multi-node: this node's rank, shown in the console prefix
+    hang_auto: bool = False  # --hang-timeout auto: the deadline is learned (hangs/rhythm.py)
 
 
 def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
@@ -139,9 +140,13 @@ def worker_argv(config: LaunchConfig) -> tuple[str, ...]:
     return (sys.executable, "-u", "-c", names.BOOTSTRAP_CODE, mode, script, *args)
 
 
-def heartbeat_interval(hang_timeout: float) -> float:
+# --hang-timeout auto: the learned deadline may be as short as its 7 s floor
+AUTO_HEARTBEAT_S = 1.0
+
+
+def heartbeat_interval(hang_timeout: float, auto: bool = False) -> float:
     """A tenth of the timeout, within 0.2-2 s: detection lags the timeout by at most that."""
-    return min(2.0, max(0.2, hang_timeout / 10))
+    return AUTO_HEARTBEAT_S if auto else min(2.0, max(0.2, hang_timeout / 10))
 
 
 def shared_env(
@@ -242,7 +247,8 @@ def rank_env(
     env[names.FLIGHT_DIR] = str(flight_file.directory(attempt_dir))
     if config.hang_timeout > 0:
         env[names.HEARTBEAT_DIR] = str(heartbeat_dir)
-        env[names.HEARTBEAT_INTERVAL] = str(heartbeat_interval(config.hang_timeout))
+        interval = heartbeat_interval(config.hang_timeout, config.hang_auto)
+        env[names.HEARTBEAT_INTERVAL] = str(interval)
     if config.virtual_local_rank:
         env["LOCAL_RANK"] = "0"
         visible = config.environ.get("CUDA_VISIBLE_DEVICES")
@@ -333,7 +339,8 @@ def build_plan(
         env_choices=choices,
         heartbeat_dir=heartbeat_dir,
         hang_timeout=config.hang_timeout,
-        heartbeat_interval=heartbeat_interval(config.hang_timeout),
+        heartbeat_interval=heartbeat_interval(config.hang_timeout, config.hang_auto),
+        hang_auto=config.hang_auto and config.hang_timeout > 0,
         rerun=rerun,
         node=placement.node if placement is not None and placement.nodes > 1 else None,
     )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from safelaunch.diagnose.signatures import Signature
     from safelaunch.flights.forensics import Forensics
     from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
+    from safelaunch.hangs.rhythm import Deadline
 
 
 def _rank_state(result: RankResult) -> str:
@@ -95,7 +96,11 @@ def render_hang(
         f"HUNG{attempt}: {outcome.peer_event.shown}; where this node's ranks were:"
         if outcome.peer_event
         else f"HUNG{attempt}: no rank made progress for {hang.stuck_for:.1f} s "
-        f"(--hang-timeout {hang.timeout:g})"
+        + (
+            f"(--hang-timeout auto: {hang.timeout:.3g} s, {hang.deadline_why})"
+            if hang.deadline_why
+            else f"(--hang-timeout {hang.timeout:g})"
+        )
     ]
     lines.extend(_whereabouts(group, hang.culprits) for group in hang.groups)
     lines.extend(f"  rank {rank} had already ended: {how}" for rank, how in hang.exited)
@@ -306,6 +311,18 @@ def _hang_record(hang: HangAnalysis | None) -> dict[str, Any] | None:
     }
 
 
+def _deadline_record(deadline: Deadline | None) -> dict[str, Any] | None:
+    """The hang deadline applied at the attempt's end (docs/hang-detection.md); None: off."""
+    if deadline is None:
+        return None
+    return {
+        "mode": "auto" if deadline.auto else "fixed",
+        "seconds": round(deadline.seconds, 3),
+        "basis": deadline.basis,
+        "why": deadline.why,
+    }
+
+
 def report_record(
     outcome: Outcome,
     diagnosis: Diagnosis,
@@ -339,6 +356,7 @@ def report_record(
         "first_failure": outcome.first_failure.rank if outcome.first_failure else None,
         "hang": _hang_record(diagnosis.hang),
         "survivors": _survivors_record(outcome, diagnosis),
+        "hang_deadline": _deadline_record(outcome.hang_deadline),
         "collectives": _collectives_record(diagnosis.collectives),
         "stragglers": stragglers.record(diagnosis.stragglers),
         "diagnosis": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +171,16 @@ def test_measure_counts_the_rank_and_its_children_and_their_gpu_memory(tmp_path)
             process.kill()
         rank.kill()
         rank.wait()
+
+
+def test_the_header_shows_the_learned_deadline_of_the_slowest_node() -> None:
+    from safelaunch.status.render import table
+
+    learned = {"hang_deadline_s": 7.0, "hang_deadline_why": "7 s (auto: the floor)"}
+    slower = {"hang_deadline_s": 30.0, "hang_deadline_why": "30 s (auto: 3 x the median gap 10 s)"}
+    nodes = [_node(_rank(0), **learned), _node(_rank(1), node=1, **slower)]
+    status = judge(nodes, NOW, {})
+    assert status.hang_timeout_s == 30.0
+    assert "hang deadline 30 s (auto: 3 x the median gap 10 s)" in table(status, Path("run"))
+    fixed = judge([_node(_rank(0))], NOW, {})  # --hang-timeout N: no learned deadline
+    assert "hang timeout 300 s" in table(fixed, Path("run"))

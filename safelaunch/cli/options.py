@@ -50,6 +50,17 @@ class Number:
 INT, FLOAT = Number(integer=True), Number(integer=False)
 
 
+class HangTimeout:
+    """--hang-timeout: `auto`, or seconds (0: off)."""
+
+    metavar = "SECONDS|auto"
+
+    def __call__(self, text: str) -> float | str:
+        if text.strip().lower() == defaults.HANG_AUTO:
+            return defaults.HANG_AUTO
+        return FLOAT(text)
+
+
 def not_a_directory(path: str) -> str:
     """A file name that does not name a directory (--config, lint's SCRIPT)."""
     if os.path.isdir(path):
@@ -201,9 +212,10 @@ LAUNCH_OPTIONS = (
     ),
     _own(
         "hang-timeout",
-        type=FLOAT,
-        default=defaults.HANG_TIMEOUT_S,
-        help="Seconds without progress on any rank before the job counts as hung; 0: off.",
+        type=HangTimeout(),
+        default=defaults.HANG_AUTO,
+        help="Seconds without progress on any rank before the job counts as hung; 0: off; "
+        "auto: learned from the job's own step rhythm (docs/hang-detection.md).",
     ),
     _own(
         "debug-profile",

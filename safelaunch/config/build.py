@@ -158,6 +158,7 @@ def build_config(
     check_text(raw)
     chosen["nnodes"] = parse_nnodes(str(raw["nnodes"]))
     notices = unsupported_yet(chosen)
+    hang = raw.get("hang_timeout", defaults.HANG_AUTO)
     return LaunchConfig(
         training_script=raw["training_script"],
         training_script_args=tuple(raw["training_script_args"]),
@@ -189,7 +190,8 @@ def build_config(
         shutdown_timeout=raw["shutdown_timeout"],
         virtual_local_rank=raw["virtual_local_rank"],
         color=raw.get("color", False),
-        hang_timeout=raw.get("hang_timeout", defaults.HANG_TIMEOUT_S),
+        hang_timeout=defaults.HANG_TIMEOUT_S if hang == defaults.HANG_AUTO else hang,
+        hang_auto=hang == defaults.HANG_AUTO,
         signatures_file=raw.get("signatures") or None,
         debug_profile=DebugProfile(raw.get("debug_profile", defaults.DEBUG_PROFILE)),
         strict=raw.get("strict", False),

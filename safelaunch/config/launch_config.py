@@ -115,6 +115,9 @@ class LaunchConfig:
     virtual_local_rank: bool = False
     color: bool = False
     hang_timeout: float = defaults.HANG_TIMEOUT_S  # 0 turns hang detection off
+    # --hang-timeout auto (the default): learned from the job's rhythm, hang_timeout
+    # holding until it is known; False: the user gave a number, which wins
+    hang_auto: bool = True
     signatures_file: str | None = None  # the user's own failure signatures (TOML)
     debug_profile: DebugProfile = _DEBUG_PROFILE  # safelaunch.debugenv.PROFILES
     strict: bool = False  # preflight warnings stop the launch too

@@ -69,6 +69,7 @@ class HangAnalysis:
     reason: str
     stacks_dir: Path | None
     uneven: bool = False  # the culprits and the others ran a loop a different number of times
+    deadline_why: str = ""  # --hang-timeout auto: how the deadline was learned
 
 
 def main_thread_frames(dump: str) -> Frames:
@@ -361,4 +362,5 @@ def analyse_hang(
         reason=uneven or reason,
         stacks_dir=stacks.parent if stacks else None,
         uneven=uneven is not None,
+        deadline_why=evidence.why if evidence.auto else "",
     )

@@ -93,6 +93,10 @@ class HangEvidence:
     # ranks show by their stale heartbeat)
     unanswered: Mapping[int, str] = field(default_factory=dict)
     children: Mapping[int, tuple[ChildProcess, ...]] = field(default_factory=dict)  # by rank
+    # why `timeout` was the deadline: "3 x the median gap 0.3 s" (auto), "as given" (fixed)
+    basis: str = "fixed"
+    why: str = ""
+    auto: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from safelaunch.flights.request import FLIGHT_WAIT, catches, uses_collectives, wait_for_records
 from safelaunch.hangs.child_stacks import answered, ask, find_children, keep
 from safelaunch.hangs.detection import ALL_SEEN, ChildProcess, HangEvidence, RankProgress, Unseen
+from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.rundir import flight_file, stack_files
 from safelaunch.supervisor.procs import is_alive, process_state, signal_pids
@@ -25,19 +26,23 @@ def take_evidence(
     wall: float,
     plan: LaunchPlan,
     unseen: Unseen = ALL_SEEN,
+    deadline: Deadline | None = None,
 ) -> HangEvidence:
     """A declared hang's evidence: states, every live rank's stacks; saved as hang.json."""
     states = {s.spec.rank: process_state(s.process.pid) for s in live}
     files, children = collect_stacks(live, stack_files.directory(plan.attempt_dir))
     evidence = HangEvidence(
         detected_at=wall,
-        timeout=plan.hang_timeout,
+        timeout=plan.hang_timeout if deadline is None else deadline.seconds,
         interval=plan.heartbeat_interval,
         ranks=tuple(progress),
         states=states,
         stack_files=files,
         unseen=unseen,
         children=children,
+        basis="fixed" if deadline is None else str(deadline.basis),
+        why="" if deadline is None else deadline.why,
+        auto=deadline is not None and deadline.auto,
     )
     save_evidence(evidence, plan.attempt_dir)
     return evidence
@@ -116,6 +121,7 @@ def save_evidence(hang: HangEvidence, attempt_dir: Path) -> None:
     evidence = {
         "detected_at": hang.detected_at,
         "timeout": hang.timeout,
+        "deadline": {"auto": hang.auto, "basis": hang.basis, "why": hang.why},
         "states": {str(k): v for k, v in hang.states.items()},
         "ranks": ranks,
         "unseen": [list(span) for span in hang.unseen.spans],  # (start, end): a suspend

@@ -134,6 +134,7 @@ class Beater:
             cost=self.cost,  # CPU seconds the heartbeat thread has used so far
             spins=spins,
             optimizer_steps=optimizer_steps(),  # the step when none is reported (status)
+            final=final,  # the rank is exiting: no more records, and no rhythm to judge it by
         )
 
     def _busy(self, now: float) -> bool:

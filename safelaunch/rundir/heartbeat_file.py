@@ -34,6 +34,7 @@ class Beat(Record):
     busy: bool = False  # the main thread computed since the previous record
     optimizer_steps: int | None = None  # torch.optim steps: the step when none is reported
     pid: int | None = None
+    final: bool = False  # written as the rank exits: its script is done, no record follows
 
 
 def name(rank: int | str) -> str:
@@ -57,6 +58,7 @@ def write(
     cost: float,
     spins: bool,
     optimizer_steps: int | None,
+    final: bool = False,
 ) -> None:
     """The rank's side: replace its record (a reader sees the old one or the new one)."""
     write_atomically(
@@ -74,6 +76,7 @@ def write(
             "cost": cost,
             "spins": spins,  # the launcher then ignores this process's own CPU time too
             "optimizer_steps": optimizer_steps,
+            "final": final,
         },
     )
 
@@ -110,6 +113,7 @@ def from_record(rank: int, record: object) -> Beat | None:
             busy=bool(record.get("busy", False)),
             optimizer_steps=_optional_int(record.get("optimizer_steps")),
             pid=_optional_int(record.get("pid")),
+            final=record.get("final") is True,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

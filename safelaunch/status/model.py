@@ -89,12 +89,13 @@ class JobStatus:
     attempt: int
     state: JobState
     elapsed_s: float
-    hang_timeout_s: float
+    hang_timeout_s: float  # the deadline applied now: auto's learned one, or --hang-timeout N
     world_size: int
     nodes: tuple[int, ...]  # the nodes whose snapshots were found
     ranks: tuple[RankRow, ...]
     suspicions: tuple[str, ...]
     snapshot_age_s: float
+    hang_deadline_why: str = ""  # auto: how the deadline was learned
 
 
 def _num(record: Mapping[str, Any], key: str) -> float | None:
@@ -247,6 +248,12 @@ def judge(
     written = max(_num(node, "written_at") or 0.0 for node in snapshots)
     ended = max(_num(node, "written_at") or now for node in snapshots)
     hang_timeout = _num(first, "hang_timeout_s") or 0.0
+    # auto: the longest deadline any node applies now (each learns from its own ranks)
+    learned = [(_num(n, "hang_deadline_s"), n.get("hang_deadline_why")) for n in snapshots]
+    known = [(s, str(w)) for s, w in learned if s is not None and isinstance(w, str)]
+    deadline_why = ""
+    if hang_timeout > 0 and known:
+        hang_timeout, deadline_why = max(known)
     return JobStatus(
         run_id=str(first.get("run_id", "?")),
         name=str(first.get("name", "?")),
@@ -259,6 +266,7 @@ def judge(
         ranks=tuple(rows),
         suspicions=tuple(suspicions(rows, hang_timeout) if state == JobState.RUNNING else ()),
         snapshot_age_s=max(0.0, now - written),
+        hang_deadline_why=deadline_why,
     )
 
 

@@ -60,7 +60,13 @@ def table(status: JobStatus, run_dir: Path, colour: bool = False) -> str:
         f"{run_dir}  {status.name}: {status.state}, {status.elapsed_s:.0f} s, "
         f"attempt {status.attempt}, {len(status.ranks)} of {status.world_size} ranks "
         f"on {nodes} node{'s' if nodes != 1 else ''}"
-        + (f", hang timeout {status.hang_timeout_s:g} s" if status.hang_timeout_s else "")
+        + (
+            f", hang deadline {status.hang_deadline_why}"
+            if status.hang_deadline_why
+            else f", hang timeout {status.hang_timeout_s:g} s"
+            if status.hang_timeout_s
+            else ""
+        )
     ]
     if status.state == JobState.LAUNCHER_GONE:
         lines.append(

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from safelaunch.console import Console, Level
 from safelaunch.hangs.detection import HangEvidence, Survivors
+from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.rundir import rank_logs
@@ -59,6 +60,7 @@ class AttemptRecord:
     timebox_note: str | None = None  # why an isolation rerun was stopped early
     peer_event: NodeStop | None = None  # multi-node: why another node made this one stop
     survivors: Survivors | None = None  # a failure: where the other ranks were, before teardown
+    hang_deadline: Deadline | None = None  # the hang watch's at the end; None: detection off
 
 
 def open_attempt_logs(plan: LaunchPlan, console: Console) -> bool:

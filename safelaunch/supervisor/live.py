@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.rundir import heartbeat_file, live_file
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.rundir.writing import Writer
+from safelaunch.supervisor.watchers import PeerHang
 from safelaunch.vocab import StrEnum
 
 FRAMES_SHOWN = 12
@@ -47,6 +49,16 @@ class RankSnapshotState(StrEnum):
     NOT_STARTED = "not started"
     RUNNING = "running"
     EXITED = "exited"
+
+
+class HangState(Protocol):
+    """The hang watch's current deadline, and how long this node's ranks have been quiet."""
+
+    @property
+    def deadline(self) -> Deadline: ...
+
+    @property
+    def quiet(self) -> float: ...
 
 
 class Sharing(Protocol):
@@ -105,6 +117,8 @@ class LiveState:
         self._lanes: dict[int, _Lane] = {w.rank: _Lane() for w in plan.workers}
         self._beats: dict[int, Beat] = {}  # the last whole record of each rank
         self._host = socket.gethostname()
+        self.hang: HangState | None = None  # the attempt's hang watch, once built
+        self._peer_hangs: dict[int, PeerHang] = {}  # node -> what its last snapshot said
         try:
             live_file.directory(plan.attempt_dir).mkdir(exist_ok=True)
         except OSError:
@@ -123,6 +137,21 @@ class LiveState:
             for node, other in self._sharing.share(text).items():
                 if node != self._node:
                     self._write(live_file.snapshot(self._plan.attempt_dir, node), other)
+                    self._note_peer(node, other)
+
+    def _note_peer(self, node: int, text: str) -> None:
+        try:
+            said = json.loads(text)
+            deadline, quiet = said["hang_deadline_s"], said["hang_quiet_s"]
+        except (ValueError, KeyError, TypeError):
+            return  # not one of ours, or its watch said nothing yet: not heard from
+        if isinstance(deadline, (int, float)) and isinstance(quiet, (int, float)):
+            self._peer_hangs[node] = PeerHang(deadline=float(deadline), quiet=float(quiet))
+
+    def peer_hangs(self) -> dict[int, PeerHang | None]:
+        """Every other node's hang watch as its last shared snapshot said; None: not heard."""
+        nodes = int(self._plan.workers[0].env.get("GROUP_WORLD_SIZE", "1"))
+        return {n: self._peer_hangs.get(n) for n in range(nodes) if n != self._node}
 
     def finish(
         self, ranks: Sequence[RankNow], teardown_at: float | None, cause: str | None
@@ -182,6 +211,10 @@ class LiveState:
             "teardown_at": teardown_at,
             "teardown_cause": cause,
             "hang_timeout_s": plan.hang_timeout,
+            # the deadline applied now (auto: learned, hangs/rhythm.py) and why
+            "hang_deadline_s": self.hang.deadline.seconds if self.hang else None,
+            "hang_deadline_why": self.hang.deadline.shown() if self.hang else None,
+            "hang_quiet_s": round(self.hang.quiet, 3) if self.hang else None,
             "heartbeat_interval_s": plan.heartbeat_interval,
             "private_dir": str(plan.heartbeat_dir),  # 0700: readable by the job's owner only
             "dump_signal": int(DUMP_SIGNAL),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from safelaunch.console import Console
 from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Survivors, Unseen
+from safelaunch.hangs.rhythm import Deadline, fixed
 from safelaunch.hangs.stack_evidence import take_evidence
 from safelaunch.hangs.survivors import take_survivors
 from safelaunch.plan import LaunchPlan
@@ -37,6 +38,7 @@ from safelaunch.supervisor.teardown import SignalAct, TeardownCause
 from safelaunch.supervisor.watchers import (
     Clock,
     HangWatch,
+    PeerHang,
     PeerWatcher,
     StopReason,
     SystemClock,
@@ -114,6 +116,7 @@ class _Attempt:
         self._timebox_note: str | None = None
         # hang and time-box checks read files: at most twice per heartbeat interval
         self._throttle = Throttle(max(0.1, plan.heartbeat_interval / 2))
+        self._hang_watch: HangWatch | None = None
         self._every_tick, self._throttled = self._watchers()
 
     def run(self, while_ranks_start: Callable[[], None] | None = None) -> AttemptRecord:
@@ -148,6 +151,7 @@ class _Attempt:
             duration=self._clock.monotonic() - self._t0,
             timebox_note=self._timebox_note,
             peer_event=self._peer_event,
+            hang_deadline=self._hang_watch.learned if self._hang_watch is not None else None,
         )
 
     # --- watching -------------------------------------------------------------
@@ -289,6 +293,7 @@ class _Attempt:
                 PeerWatcher(clock=self._clock, peers=self._peers, progress=self._signs.progress)
             )
         if self._plan.hang_timeout > 0:
+            peers = self._live.peer_hangs if self._live is not None else _unheard(self._plan)
             hang = HangWatch(
                 clock=self._clock,
                 progress=self._signs.progress,
@@ -297,7 +302,12 @@ class _Attempt:
                 timeout=self._plan.hang_timeout,
                 interval=self._plan.heartbeat_interval,
                 pace=self._plan.monitor_interval + self._throttle.every,
+                auto=self._plan.hang_auto,
+                peers=peers if self._peers is not None and self._plan.hang_auto else None,
             )
+            self._hang_watch = hang
+            if self._live is not None:
+                self._live.hang = hang  # status shows the deadline; other nodes read it
             throttled.append(hang)
         if self._plan.rerun is not None:
             box = TimeboxWatch(
@@ -329,16 +339,17 @@ class _Attempt:
         because: NodeStop | None = None,
         unseen: Unseen = ALL_SEEN,
     ) -> None:
+        deadline = self.hang_deadline or fixed(self._plan.hang_timeout)
         self._console.say(
             f"hang on {because}: collecting every rank's stack here too, then stopping"
             if because
-            else f"hang: no rank made progress for {self._plan.hang_timeout:g} s "
-            "(--hang-timeout); collecting every rank's stack, then stopping the job"
+            else f"hang: no rank made progress for {deadline.shown()}; "
+            "collecting every rank's stack, then stopping the job"
         )
         live = [self._workers.started[p.rank] for p in progress]
-        self._hang = take_evidence(live, progress, wall, self._plan, unseen)
+        self._hang = take_evidence(live, progress, wall, self._plan, unseen, deadline)
         if because is None:
-            self._tell_peers(stops.hang(*self._where, self._plan.hang_timeout))
+            self._tell_peers(stops.hang(*self._where, deadline.seconds))
         self._begin_teardown(TeardownCause.HANG, signal.SIGTERM)
 
     def _tell_peers(self, stop: NodeStop) -> None:
@@ -346,6 +357,17 @@ class _Attempt:
             self._peers.announce(stop)
 
     @property
+    def hang_deadline(self) -> Deadline | None:
+        """The deadline the hang watch applies now; None when hang detection is off."""
+        return self._hang_watch.deadline if self._hang_watch is not None else None
+
+    @property
     def _where(self) -> tuple[int, int]:
         """(node, attempt) of a stop this node announces (with peers, a plan names its node)."""
         return self._plan.node or 0, self._plan.attempt
+
+
+def _unheard(plan: LaunchPlan) -> Callable[[], dict[int, PeerHang | None]]:
+    """No live state shared (no run directory): no other node is ever heard from."""
+    nodes = int(plan.workers[0].env.get("GROUP_WORLD_SIZE", "1")) if plan.workers else 1
+    return lambda: {n: None for n in range(nodes) if n != (plan.node or 0)}

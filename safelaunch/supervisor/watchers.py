@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from safelaunch.hangs.detection import (
     passed_point,
     stale_after,
 )
+from safelaunch.hangs.rhythm import FLOOR_S, Basis, Deadline, Learner, fixed
 from safelaunch.plan import Timebox
 from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.rundir.heartbeat_file import Beat
@@ -141,13 +142,33 @@ class Lookout:
         self.unseen = self.unseen.after(earliest)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerHang:
+    """Another node's hang watch, as its last shared snapshot said: its deadline, and how
+    long its ranks had then been without progress."""
+
+    deadline: float
+    quiet: float
+
+
+# Snapshots are shared every 2 s at most; what a peer said may be this much behind.
+SHARE_LAG = 5.0
+
+
 class HangWatch:
-    """No live rank made progress for the hang timeout (rules in hangs/detection.py).
+    """No live rank made progress for the hang deadline (rules in hangs/detection.py).
 
     `progress`: every live rank's latest sign of progress; `sample`: a pass over /proc that
     updates the ranks' activity (costly: at its own slower pace, `sample_every`); `pace`:
     how far apart the loop's polls are at most when it runs (its tick plus the throttle).
     Time the launcher did not run is left out of the ages (Lookout).
+
+    `auto`: the deadline is learned from the ranks' rhythm (hangs/rhythm.py), `timeout`
+    being the fixed one that holds until it is known. `peers` (several nodes, auto): what
+    every other node's watch last said, None for one not heard from yet (its deadline is
+    then taken as the fixed one): this node waits as long as the longest, and declares no
+    hang while another node's ranks still progress, until its own ranks have been quiet
+    longer than the fixed timeout too.
     """
 
     def __init__(
@@ -160,6 +181,8 @@ class HangWatch:
         timeout: float,
         interval: float,
         pace: float = 0.0,
+        auto: bool = False,
+        peers: Callable[[], Mapping[int, PeerHang | None]] | None = None,
     ) -> None:
         self._clock = clock
         self._progress = progress
@@ -167,9 +190,16 @@ class HangWatch:
         self._sampling = Throttle(sample_every)
         self._timeout = timeout
         self._interval = interval
+        self._learner = Learner(timeout) if auto else None
+        self._peers = peers
+        self.deadline = self._learner.deadline(()) if self._learner else fixed(timeout)
+        # the last deadline of the ranks' rhythm, before any began to exit (report.json)
+        self.learned = self.deadline
+        self.quiet = 0.0  # how long this node's ranks have been without progress, at the last look
         # at least one heartbeat interval after a resume: as long as a record may be late
         settle = stale_after(interval)
-        self._lookout = Lookout(pace=pace, slack=late_slack(timeout), settle=settle)
+        slack = late_slack(min(timeout, FLOOR_S) if auto else timeout)
+        self._lookout = Lookout(pace=pace, slack=slack, settle=settle)
 
     def poll(self, now: float) -> StopReason | None:
         self._lookout.look(self._clock.wall())
@@ -180,12 +210,38 @@ class HangWatch:
         progress = self._progress()
         wall = self._clock.wall()
         unseen = self._lookout.unseen
-        if not is_hung(progress, wall, self._timeout, self._interval, unseen):
+        ages = [unseen.age(r.last_progress, wall) for r in progress]
+        self.quiet = max(0.0, min(ages, default=0.0))
+        if self._learner is not None and progress:  # none live: the last deadline stands
+            self._learner.observe(progress, unseen)
+            self.deadline = self._with_peers(self._learner.deadline(progress))
+            if not any(r.beat is not None and r.beat.final for r in progress):
+                self.learned = self.deadline
+        hung = is_hung(progress, wall, self.deadline.seconds, self._interval, unseen)
+        if not hung or self._peer_progresses():
             self._lookout.forget_before(_earliest(progress, wall))
             return None
         return StopReason(
             cause=TeardownCause.HANG, progress=tuple(progress), detected_at=wall, unseen=unseen
         )
+
+    def _with_peers(self, own: Deadline) -> Deadline:
+        if self._peers is None:
+            return own
+        for node, peer in sorted(self._peers().items()):
+            seconds = self._timeout if peer is None else peer.deadline
+            if seconds > own.seconds:
+                said = "not heard from yet: the default" if peer is None else f"{seconds:.3g} s"
+                own = Deadline(seconds=seconds, basis=Basis.PEER, why=f"node {node}'s ({said})")
+        return own
+
+    def _peer_progresses(self) -> bool:
+        """Another node's ranks progressed lately: no hang declared here on its behalf,
+        unless this node's ranks have been quiet past the fixed timeout too."""
+        if self._peers is None or self.quiet > max(self._timeout, self.deadline.seconds):
+            return False
+        threshold = self.deadline.seconds - SHARE_LAG
+        return any(p is not None and p.quiet < threshold for p in self._peers().values())
 
 
 def _earliest(progress: Sequence[RankProgress], wall: float) -> float:
