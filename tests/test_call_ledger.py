@@ -26,8 +26,18 @@ def test_the_ledger_keeps_its_newest_lines_within_twice_its_cap(tmp_path: Path) 
     assert lines <= 2 * 50 + 2  # two files and their notes
     ledger = calls_file.read_all(tmp_path)[0]
     assert ledger.truncated and ledger.groups[0].ranks == (0, 1)  # groups written again
+    assert ledger.calls[0].n > 1  # the oldest were dropped
     assert ledger.calls[-1].count == 200 and ledger.calls[-1].done
     assert [c.n for c in ledger.calls] == sorted(c.n for c in ledger.calls)
+
+
+def test_one_rotation_loses_nothing(tmp_path: Path) -> None:
+    writer = calls_file.CallsWriter(str(calls_file.path(tmp_path, 0)), limit=10)
+    for n in range(1, 5):
+        writer.collective(n, True, "0", n, "barrier", "", "t.py:1")
+        writer.done(n)
+    ledger = calls_file.read_all(tmp_path)[0]
+    assert not ledger.truncated and [c.n for c in ledger.calls] == [1, 2, 3, 4]
 
 
 def test_a_torn_or_foreign_line_is_left_out() -> None:

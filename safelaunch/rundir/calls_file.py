@@ -95,7 +95,7 @@ class CallLedger(Record):
     rank: int
     groups: tuple[Group, ...]
     calls: tuple[Call, ...]  # by call number
-    truncated: bool = False  # the oldest calls were dropped (the cap), or a note was written
+    truncated: bool = False  # the cap dropped its oldest calls: numbering starts past 1
 
     def group(self, name: str) -> Group | None:
         return next((g for g in self.groups if g.name == name), None)
@@ -224,7 +224,8 @@ def parse(rank: int, lines: Iterable[str]) -> CallLedger:
         )
         for n, fields in sorted(calls.items())
     )
-    return CallLedger(rank=rank, groups=tuple(groups.values()), calls=kept, truncated=notes)
+    dropped = notes and (not kept or kept[0].n > 1)  # one rotation keeps every line
+    return CallLedger(rank=rank, groups=tuple(groups.values()), calls=kept, truncated=dropped)
 
 
 def _collective(fields: list[str]) -> dict[str, Any]:
