@@ -40,12 +40,13 @@ def test_a_p2p_cycle_of_three_ranks_is_a_program_deadlock(tmp_path: Path) -> Non
     run = _run(tmp_path, "cycle", 3)
     assert run.returncode == exitcodes.HANG, run.stderr
     ledgers = calls_file.read_all(run.attempt())
-    recv = line_of(SCRIPT, "dist.recv(")
     for rank, ledger in ledgers.items():
         assert ledger.groups[0].ranks == (0, 1, 2)
         last = ledger.calls[-1]  # torch's recv calls irecv: written once, as the user called it
-        assert (last.op, last.peer, last.blocked) == ("recv", (rank - 1) % 3, True)
-        assert last.where == f"{SCRIPT}:{recv}" and ledger.calls[0].done
+        op = "irecv" if rank == 0 else "recv"  # async, not seen completed: blocked in its wait
+        assert (last.op, last.peer, last.blocked) == (op, (rank - 1) % 3, True)
+        assert last.where == f"{SCRIPT}:{line_of(SCRIPT, f'dist.{op}(')}"
+        assert ledger.calls[0].done and len(ledger.calls) == 2
     graph = wait_for(ledgers)
     assert graph.cycles == ((0, 1, 2),) and graph.culprits == () and graph.sinks == ()
     assert graph.findings[0].startswith("program deadlock: ranks 0-2 wait for each other")

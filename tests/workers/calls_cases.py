@@ -1,7 +1,7 @@
 """Gloo ranks whose calls go wrong in one way each; CASE picks how.
 
 cycle: 3 ranks in a p2p ring, every rank receives from the one before it first (a
-       program deadlock: nobody sends)
+       program deadlock: nobody sends); rank 0 with irecv().wait(), the others recv
 size: 5 ranks; in new_group([1, 2, 3, 4]) rank 3 calls all_reduce with another size at
       step 2
 skip: 3 ranks; rank 1 skips the all_reduce of step 2, so it ends one short and exits
@@ -19,7 +19,10 @@ CASE = os.environ["CASE"]
 def cycle(rank, world):
     dist.all_reduce(torch.ones(2))
     received = torch.zeros(8)
-    dist.recv(received, src=(rank - 1) % world)
+    if rank == 0:
+        dist.irecv(received, src=world - 1).wait()
+    else:
+        dist.recv(received, src=rank - 1)
     dist.send(received, dst=(rank + 1) % world)
 
 
