@@ -14,7 +14,7 @@ teardown. Tab-separated lines, by their first field:
 - `D  n`: call n returned (blocking), or its work was seen completed (async: polled at
   the rank's next call and when the launcher asks for the flight record). A blocking
   call without its `D`, or an async one without it and no blocking call after it, is
-  where the rank still is.
+  where the rank still is, or where it stopped: a call that raised has no `D` either.
 - `!  text`: a note (the cap below).
 
 mode is `b` (blocking) or `a` (async_op / isend / irecv / batch_isend_irecv). Collectives
