@@ -19,6 +19,7 @@ from safelaunch.preflight import PreflightReport
 from safelaunch.rank import names
 from safelaunch.rendezvous import Placement
 from safelaunch.rundir import (
+    calls_file,
     comm_file,
     flight_file,
     heartbeat_file,
@@ -234,6 +235,7 @@ def rank_env(
     )
     heartbeat_dir = run.private_dir / attempt_dir.name
     env[names.COMM_FILE] = str(comm_file.path(attempt_dir, rank))
+    env[names.CALLS_FILE] = str(calls_file.path(attempt_dir, rank))
     if rerun is not None:
         env[names.RERUN] = rerun.name
         env.update(rerun.env)

@@ -37,7 +37,7 @@ def imported_without_site(imports: str) -> set[str]:
 
 
 RANK_MODULES = ("beat", "bootstrap", "flight_recorder", "stdlib_standins", "names", "pathentry")
-RANK_MODULES += ("phases", "dist_hooks")
+RANK_MODULES += ("phases", "dist_hooks", "call_ledger")
 # the records every rank writes (safelaunch/rundir/); the others load where they are used
 RUNDIR_MODULES = ("exit_file", "frozen", "heartbeat_file", "jsontext")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from safelaunch.rundir import (
+    calls_file,
     comm_file,
     exit_file,
     flight_file,
@@ -55,6 +56,8 @@ SUFFIXES = (
     exit_file.SUFFIX,
     comm_file.SUFFIX,
     ledger_file.SUFFIX,
+    calls_file.SUFFIX,
+    calls_file.OLD_SUFFIX,
     ".error.json",
     ".stacks",
     ".py-spy.txt",
@@ -218,6 +221,31 @@ def test_a_ledger_reads_back_as_written(tmp_path: Path) -> None:
     assert ledger_file.read_all(tmp_path) == {
         0: {1: ("all_reduce", "float32[4]"), 2: ("barrier", "")}
     }
+
+
+def test_a_call_ledger_reads_back_as_written(tmp_path: Path) -> None:
+    writer = calls_file.CallsWriter(str(calls_file.path(tmp_path, 2)))
+    writer.group("0", [0, 1, 2], "default_pg")
+    writer.collective(1, True, "0", 1, "all_reduce", "float32[4] SUM", "/w/train.py:9")
+    writer.done(1)
+    writer.p2p(2, False, "0", "irecv", None, 3, "int64[2]", "/w/train.py:12")
+    ledger = calls_file.read_all(tmp_path)[2]
+    assert ledger.groups == (calls_file.Group(name="0", ranks=(0, 1, 2), desc="default_pg"),)
+    first, second = ledger.calls
+    assert (first.op, first.count, first.what, first.where, first.done) == (
+        "all_reduce",
+        1,
+        "float32[4] SUM",
+        "/w/train.py:9",
+        True,
+    )
+    assert (second.kind, second.peer, second.tag, second.blocking) == ("p2p", None, 3, False)
+    assert second.blocked and not first.blocked  # the rank's last call, not seen completed
+
+
+def test_a_backend_record_keeps_the_rank_s_socket_addresses(tmp_path: Path) -> None:
+    comm_file.write(str(comm_file.path(tmp_path, 0)), {"addresses": [["127.0.0.1", 4000]]})
+    assert comm_file.read_all(tmp_path)[0].addresses == (("127.0.0.1", 4000),)
 
 
 def test_a_flight_record_reads_back_as_written(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import sys
 
-from safelaunch.rank import flight_recorder, names
+from safelaunch.rank import call_ledger, flight_recorder, names
 from safelaunch.rank.beat import count_optimizer_steps, left_collectives, rejoined
+from safelaunch.rank.call_ledger import COLLECTIVES, describe
 from safelaunch.rank.stdlib_standins import suppress, wraps
 
 # The run directory's records are imported where torch.distributed is patched (inside
@@ -38,21 +39,6 @@ if TYPE_CHECKING:
 TARGET = "torch.distributed.distributed_c10d"
 DDP_MODULE = "torch.nn.parallel.distributed"
 OPTIMIZER_MODULE = "torch.optim.optimizer"
-# The argument that describes each collective (its input), by position.
-COLLECTIVES: dict[str, int | None] = {
-    "all_reduce": 0,
-    "broadcast": 0,
-    "reduce": 0,
-    "all_gather": 1,
-    "all_gather_into_tensor": 1,
-    "reduce_scatter": 1,
-    "reduce_scatter_tensor": 1,
-    "all_to_all": 1,
-    "all_to_all_single": 1,
-    "gather": 0,
-    "scatter": 0,
-    "barrier": None,
-}
 
 
 def gloo_backend(backend: object, has_cuda: bool) -> str:
@@ -77,34 +63,13 @@ def gloo_backend(backend: object, has_cuda: bool) -> str:
     return ",".join(pairs)
 
 
-def describe(value: object) -> str:
-    """`float32[4, 5]` for a tensor, `list of 2 x float32[4]` for a list of them."""
-    if isinstance(value, (list, tuple)):
-        inner = describe(value[0]) if value else "nothing"
-        return f"list of {len(value)} x {inner}"
-    shape = getattr(value, "shape", None)
-    dtype = getattr(value, "dtype", None)
-    if shape is None or dtype is None:
-        return type(value).__name__
-    return f"{str(dtype).removeprefix('torch.')}[{', '.join(str(n) for n in shape)}]"
-
-
-def _parameters(function: Callable[..., Any]) -> list[str]:
-    import inspect
-
-    try:
-        return list(inspect.signature(function).parameters)
-    except (ValueError, TypeError):
-        return []
-
-
 def _record_collective(
     module: ModuleType, name: str, position: int | None, ledger: ledger_file.LedgerWriter
 ) -> None:
     real = getattr(module, name, None)
     if real is None:
         return
-    parameters = _parameters(real)
+    parameters = call_ledger.parameters(real)
 
     def argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int | None) -> Any:
         """The call's value for the parameter at `index`, given by position or by name."""
@@ -167,7 +132,21 @@ _record: dict[str, Any] = {
     "swapped": False,
     "groups": [],
     "ddp": False,
+    "addresses": [],  # [host, port] of the rank's TCP sockets (rank/sockets.py)
 }
+
+
+def _group_created(group: Any, comm_file: str | None) -> None:
+    """A group exists: its membership into the call ledger, its sockets into the record."""
+    call_ledger.group_created(group)
+    with suppress(Exception):
+        from safelaunch.rank.sockets import tcp_addresses
+
+        known = {tuple(a) for a in _record["addresses"]}
+        found = [list(a) for a in tcp_addresses() if a not in known]
+        if found:
+            _record["addresses"] = sorted(_record["addresses"] + found)
+            _write_record(comm_file, _record)
 
 
 def patch_ddp(module: ModuleType) -> None:
@@ -217,6 +196,8 @@ def patch(module: ModuleType) -> None:
         with suppress(Exception):
             record["used"] = str(module.get_backend_config())
         _write_record(comm_file, record)
+        with suppress(Exception):
+            _group_created(module._world.default_pg, comm_file)
         return result
 
     real_new_group = module.new_group
@@ -233,12 +214,18 @@ def patch(module: ModuleType) -> None:
                 _write_record(comm_file, record)
             if bound.arguments.get("timeout") is not None:
                 bound.arguments["timeout"] = _stretch(bound.arguments["timeout"], factor)
-            return real_new_group(*bound.args, **bound.kwargs)
-        return real_new_group(*args, **kwargs)
+            group = real_new_group(*bound.args, **bound.kwargs)
+        else:
+            group = real_new_group(*args, **kwargs)
+        _group_created(group, comm_file)
+        return group
 
     _replace(module, "init_process_group", init_process_group)
     _replace(module, "new_group", new_group)
     flight_recorder.track_p2p(module, _replace)
+    calls_path = os.environ.get(names.CALLS_FILE)
+    if calls_path:
+        call_ledger.install(module, calls_path, _replace)
     _replace(module, "destroy_process_group", _leaving(module, module.destroy_process_group))
     ledger_path = os.environ.get(names.COLLECTIVES_FILE)
     if force and ledger_path:

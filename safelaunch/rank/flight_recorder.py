@@ -101,6 +101,9 @@ def dump(reason: str) -> None:
     """Write this rank's flight record to the flight directory; never raises."""
     if _directory is None:
         return
+    ledger = sys.modules.get("safelaunch.rank.call_ledger")
+    if ledger is not None:  # the call ledger says which async calls have completed by now
+        ledger.poll()
     with suppress(Exception), _lock:
         found = _record(reason)
         if found is not None:

@@ -13,6 +13,7 @@ rank writes its records through it before the user's code starts.
 | exit | `<private>/rank<N>.exit.json` (the rank) | exit_file |
 | backend | `<attempt>/rank<N>.comm.json` (the rank) | comm_file |
 | Gloo ledger | `<attempt>/rank<N>.collectives.log` (the rank, in a rerun) | ledger_file |
+| call ledger | `<attempt>/rank<N>.calls.log`, `rank<N>.calls.old.log` (the rank) | calls_file |
 | flight record | `<attempt>/flight/rank<N>.json`, torch's `flight-rank<N>` | flight_file |
 | stacks | `<private>/rank<N>.stacks` (the rank), `<attempt>/stacks/` | stack_files |
 | live state | `<attempt>/live/node<k>.json`, `history-node<k>.json` | live_file |

@@ -1,0 +1,276 @@
+"""The ranks' call ledgers compared per process group: who called something else.
+
+Where no flight record exists (a rank killed by an abort writes none; a backend without
+one), the ledgers (rundir/calls_file.py) still say what each member of a group called
+in what order. For each group, its members' collectives in the groups they all belong
+to (the group itself, the world, any group holding them all) are walked in the order
+each member issued them: in an SPMD program they are the same sequence. The first
+position where the members differ is the group's finding (the calls after it are
+shifted by it, so they are not findings of their own). Taking the shared groups
+together finds a call made in the wrong group, or skipped in one while the others went
+on in another, which counting each group alone misses. Where a member's ledger lost its
+oldest lines (the cap), positions are the counts in the group alone.
+
+- With three or more members to compare, by majority of (group, op, dtype[shape]): the odd
+  members called another op, size or dtype (`other call`), never called it (`never
+  called`), or called where most made no call (`extra call`).
+- Without a majority (two members, or a tie), each member against its own earlier calls
+  at that point of its loop (group, op, dtype[shape] and file:line, one loop period
+  back): the member that departs from its loop while the others keep to theirs is odd;
+  when none or all do, the group is undecided, and nobody is named.
+
+A member that has not made the call at a count but is blocked in another call is held
+up there (the wait-for graph says by whom), not odd: it takes no part in the vote.
+Collectives DDP issues from C++ are not in the ledgers; p2p calls are left to the
+wait-for graph. Pure: ledgers in, a frozen LedgerComparison out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from safelaunch.ranktext import ranks_label
+from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
+from safelaunch.vocab import StrEnum
+
+NONE = ("", "")  # the signature of "made no call at this count"
+Signature = tuple[str, ...]
+
+
+class Oddity(StrEnum):
+    OTHER = "other call"  # another op, size or dtype than the others
+    MISSING = "never called"  # it made no call at that count, and is blocked in none
+    EXTRA = "extra call"  # it called where the others made none
+
+
+class Basis(StrEnum):
+    MAJORITY = "majority"
+    OWN_LOOP = "own loop"  # no majority: its departure from its own earlier calls
+
+
+@dataclass(frozen=True)
+class OddMember:
+    rank: int
+    oddity: Oddity
+    call: Call | None  # what it called at that count; None: nothing
+
+
+@dataclass(frozen=True)
+class GroupDivergence:
+    group: str
+    members: tuple[int, ...]
+    position: int  # the first place in the members' shared sequence where they differ
+    expected: Call | None  # the call the others made (None: they made none)
+    odd: tuple[OddMember, ...]
+    basis: Basis
+    text: str  # one line of words
+
+
+@dataclass(frozen=True)
+class LedgerComparison:
+    divergences: tuple[GroupDivergence, ...]  # decided: odd members named
+    undecided: tuple[str, ...]  # groups whose members differ where nothing names one
+    findings: tuple[str, ...]  # one line of words each: divergences, then undecided
+
+    @property
+    def culprits(self) -> tuple[int, ...]:
+        return tuple(sorted({m.rank for d in self.divergences for m in d.odd}))
+
+
+def compare_ledgers(ledgers: Mapping[int, CallLedger]) -> LedgerComparison:
+    """Each group's first divergence among the members whose ledgers are given."""
+    groups: dict[str, tuple[int, ...]] = {}
+    for ledger in ledgers.values():
+        for group in ledger.groups:
+            groups.setdefault(group.name, group.ranks)
+    decided: list[GroupDivergence] = []
+    undecided: list[str] = []
+    compared: set[tuple[int, ...]] = set()  # groups of the same members: the same sequence
+    for name, ranks in sorted(groups.items(), key=lambda item: _order(item[0])):
+        present = tuple(r for r in ranks if r in ledgers)
+        if len(present) < 2 or ranks in compared:
+            continue
+        compared.add(ranks)
+        shared = {g for g, members in groups.items() if set(ranks) <= set(members)}
+        found = _first_divergence(name, present, ledgers, shared)
+        if isinstance(found, GroupDivergence):
+            decided.append(found)
+        elif found is not None:
+            undecided.append(found)
+    findings = tuple(d.text for d in decided) + tuple(undecided)
+    return LedgerComparison(
+        divergences=tuple(decided), undecided=tuple(undecided), findings=findings
+    )
+
+
+def _order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 62, name)
+
+
+def _first_divergence(
+    group: str, members: tuple[int, ...], ledgers: Mapping[int, CallLedger], shared: set[str]
+) -> GroupDivergence | str | None:
+    whole = not any(ledgers[m].truncated for m in members)
+    calls = {m: _aligned(ledgers[m], group, shared if whole else {group}) for m in members}
+    blocked = {m for m in members if any(c.blocked for c in ledgers[m].calls)}
+    start = max((min(c) for c in calls.values() if c), default=1)
+    end = max((max(c) for c in calls.values() if c), default=0)
+    for count in range(start, end + 1):
+        at = {m: calls[m].get(count) for m in members}
+        # absent but blocked in another call: held up there, no vote
+        voters = [m for m in members if at[m] is not None or m not in blocked]
+        if len(voters) < 2:
+            continue
+        if len(voters) >= 3:
+            majority = _majority({m: _short(at[m]) for m in voters})
+            if majority is None and len({_short(at[m]) for m in voters}) == 1:
+                continue
+            if majority is not None:
+                return _by_majority(group, members, count, at, voters, majority)
+        elif len({_full(at[m]) for m in voters}) == 1:
+            continue
+        return _by_own_loop(group, members, count, calls, voters)
+    return None
+
+
+def _aligned(ledger: CallLedger, group: str, shared: set[str]) -> dict[int, Call]:
+    """The rank's collectives in the shared groups by position (1, 2, ...); by count in
+    `group` when that is the only one (a truncated ledger: positions are unknown)."""
+    calls = [c for c in ledger.calls if c.kind is CallKind.COLLECTIVE and c.group in shared]
+    if shared == {group}:
+        return {c.count: c for c in calls if c.count is not None}
+    return dict(enumerate(calls, start=1))
+
+
+def _short(call: Call | None) -> Signature:
+    return NONE if call is None else (call.group, *call.signature())
+
+
+def _full(call: Call | None) -> Signature:
+    return NONE if call is None else (call.group, *call.signature(), call.where)
+
+
+def _majority(signatures: Mapping[int, Signature]) -> Signature | None:
+    """The signature more than half of them share, when they differ at all."""
+    if len(set(signatures.values())) < 2:
+        return None
+    top, n = Counter(signatures.values()).most_common(1)[0]
+    return top if 2 * n > len(signatures) else None
+
+
+def _oddity(call: Call | None, expected: Call | None) -> Oddity:
+    if call is None:
+        return Oddity.MISSING
+    return Oddity.EXTRA if expected is None else Oddity.OTHER
+
+
+def _by_majority(
+    group: str,
+    members: tuple[int, ...],
+    count: int,
+    at: Mapping[int, Call | None],
+    voters: Sequence[int],
+    majority: Signature,
+) -> GroupDivergence:
+    agreeing = [m for m in voters if _short(at[m]) == majority]
+    expected = at[agreeing[0]]
+    odd = tuple(
+        OddMember(rank=m, oddity=_oddity(at[m], expected), call=at[m])
+        for m in voters
+        if m not in agreeing
+    )
+    text = _text(group, members, count, expected, agreeing, odd)
+    return GroupDivergence(
+        group=group,
+        members=members,
+        position=count,
+        expected=expected,
+        odd=odd,
+        basis=Basis.MAJORITY,
+        text=text,
+    )
+
+
+def _by_own_loop(
+    group: str,
+    members: tuple[int, ...],
+    count: int,
+    calls: Mapping[int, Mapping[int, Call]],
+    voters: Sequence[int],
+) -> GroupDivergence | str:
+    departs: dict[int, bool] = {}
+    periods: dict[int, int] = {}
+    for m in voters:
+        history = [_full(calls[m].get(k)) for k in range(min(calls[m], default=count), count)]
+        period = _period(history)
+        if period is None:
+            continue
+        periods[m] = period
+        departs[m] = _full(calls[m].get(count)) != history[-period]
+    odd_ranks = [m for m in voters if departs.get(m)]
+    keeping = [m for m in voters if departs.get(m) is False]
+    shown = _head(group, members, count)
+    if not odd_ranks or not keeping or len(departs) < len(voters):
+        calls_at = "; ".join(f"rank {m}: {_shown(calls[m].get(count), group)}" for m in voters)
+        return f"{shown}: the members differ ({calls_at}) and no majority or loop names one"
+    expected = calls[keeping[0]].get(count)
+    odd = tuple(
+        OddMember(rank=m, oddity=_oddity(calls[m].get(count), expected), call=calls[m].get(count))
+        for m in odd_ranks
+    )
+    text = _text(group, members, count, expected, keeping, odd)
+    loops = ", ".join(f"rank {m} every {periods[m]}" for m in odd_ranks)
+    text += f" (no majority: it departs from its own earlier calls, which repeat {loops})"
+    return GroupDivergence(
+        group=group,
+        members=members,
+        position=count,
+        expected=expected,
+        odd=odd,
+        basis=Basis.OWN_LOOP,
+        text=text,
+    )
+
+
+def _period(history: Sequence[Signature]) -> int | None:
+    """The shortest period P that the last 2P calls repeat with; None if none does."""
+    for period in range(1, len(history) // 2 + 1):
+        tail = history[-2 * period :]
+        if tail[:period] == tail[period:]:
+            return period
+    return None
+
+
+def _shown(call: Call | None, group: str) -> str:
+    if call is None:
+        return "no call"
+    return call.shown() + ("" if call.group == group else f" in group {call.group}")
+
+
+def _head(group: str, members: tuple[int, ...], position: int) -> str:
+    return f"group {group} ({ranks_label(members)}), their collective {position}"
+
+
+def _text(
+    group: str,
+    members: tuple[int, ...],
+    count: int,
+    expected: Call | None,
+    agreeing: Sequence[int],
+    odd: Sequence[OddMember],
+) -> str:
+    head = _head(group, members, count)
+    others = ranks_label(agreeing)
+    parts = []
+    for member in odd:
+        who = f"rank {member.rank}"
+        if member.oddity is Oddity.OTHER:
+            called, instead = _shown(member.call, group), _shown(expected, group)
+            parts.append(f"{who} called {called} where {others} called {instead}")
+        elif member.oddity is Oddity.MISSING:
+            parts.append(f"{who} never called {_shown(expected, group)}, which {others} called")
+        else:
+            parts.append(f"{who} called {_shown(member.call, group)}, which {others} never called")
+    return f"{head}: {'; '.join(parts)}"
