@@ -97,9 +97,11 @@ def write_job_log(path: Path, size_mb: int, label: str, ranks: int = 128) -> int
 
 
 def explain(path: Path) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) of the explain process, its root-cause line."""
+    """Wall seconds, peak RSS (MiB) of the explain process, its root-cause line (with the
+    process's CPU seconds, which a loaded machine disturbs far less than wall time)."""
     started = time.monotonic()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     proc = subprocess.run(
         [sys.executable, "-m", "safelaunch", "explain", str(path)],
         capture_output=True,
@@ -107,9 +109,10 @@ def explain(path: Path) -> tuple[float, float, str]:
         timeout=600,
     )
     wall = time.monotonic() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - cpu
     root = next((ln for ln in proc.stdout.splitlines() if "error:" in ln), proc.stderr[-200:])
-    return wall, max(peak, before) / 1024, root.strip()
+    return wall, max(usage.ru_maxrss, before) / 1024, f"{cpu:.1f} s CPU; {root.strip()}"
 
 
 def launcher_diagnosis(path: Path) -> tuple[float, float]:
