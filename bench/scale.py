@@ -9,7 +9,8 @@
   healthy job of --seconds, per node (torchstore.TextStore's counters, written at the end
   to $SAFELAUNCH_STORE_COUNTS). The workers' store is a separate TCPStore that safelaunch
   only hosts: it issues no operation on it.
-- verdict: one rank stuck (HANG_RANK, --hang-timeout=3): time from the first node's hang
+- verdict: one rank stuck (HANG_RANK, --hang-timeout=3; keep-alive as tests/test_multinode.py's
+  FAST, elsewhere torch's defaults, for both launchers): time from the first node's hang
   line (its deadline) to the job verdict on the last node, and whether every node printed
   the same "job (N nodes): ..." line; also a failing rank and a lost node (one launcher's
   process group killed) at the largest --nodes.
@@ -123,6 +124,7 @@ def launch(
     where: Path,
     env: dict[str, str],
     extra: tuple[str, ...] = (),
+    conf: str | None = None,
 ) -> list[Node]:
     port = random.randint(20000, 45000)
     base = SAFELAUNCH if ours else TORCHRUN
@@ -210,15 +212,15 @@ def same_verdict(started: list[Node], nodes: int) -> tuple[int, set[str]]:
     return printed, found
 
 
-def verdict(nodes_list: list[int], nproc: int, tmp: Path) -> None:
+def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str) -> None:
     print(f"\nhang deadline to the job verdict on the last node, --hang-timeout=3 ({load()})")
     print(f"{'nodes':>5} {'latency':>8} {'nodes printing':>14} {'distinct':>8}  verdict")
     culprits = random.Random(29)
-    for nodes in nodes_list:
+    for nodes in nodes_list if "hang" in kinds else ():
         culprit = culprits.randrange(nodes * nproc)
         where = tmp / f"hang-{nodes}"
         env = {**os.environ, "HANG_RANK": str(culprit), "PIDS_DIR": str(tmp)}
-        started = launch(True, nodes, nproc, MULTINODE, where, env, ("--hang-timeout=3",))
+        started = launch(True, nodes, nproc, MULTINODE, where, env, ("--hang-timeout=3",), FAST)
         [node.wait(300) for node in started]
         deadline = min(t for n in started if (t := n.first("hang: no rank made progress")))
         last = max(t for n in started if (t := n.first(f"job ({nodes} nodes): HUNG")))
@@ -226,13 +228,14 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path) -> None:
         shown = next(iter(found))[:90] if len(found) == 1 else found
         print(f"{nodes:>5} {last - deadline:>7.2f}s {printed:>14} {len(found):>8}  {shown}")
     nodes = max(nodes_list)
-    for kind in ("fail", "lost"):
+    for kind in [k for k in ("fail", "lost") if k in kinds]:
         where = tmp / f"{kind}-{nodes}"
         pids = where / "pids"
         pids.mkdir(parents=True)
         env = {**os.environ, "PIDS_DIR": str(pids)}
         env.update({"FAIL_RANK": str(nodes * nproc - 1)} if kind == "fail" else {"FOREVER": "1"})
-        started = launch(True, nodes, nproc, MULTINODE, where, env, ("--shutdown-timeout=2",))
+        flags = ("--shutdown-timeout=2",)
+        started = launch(True, nodes, nproc, MULTINODE, where, env, flags, FAST)
         if kind == "lost":
             deadline = time.time() + 300
             while len(list(pids.glob("ready-*"))) < nodes * nproc and time.time() < deadline:
@@ -292,6 +295,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--kinds", default="hang,fail,lost", help="verdict: which faults")
     parser.add_argument("--smoke", action="store_true", help="10 s windows")
     args = parser.parse_args()
     seconds = 10.0 if args.smoke else args.seconds
@@ -304,7 +308,7 @@ def main() -> None:
             elif what == "store":
                 store(nodes_list, args.nproc, seconds, tmp)
             elif what == "verdict":
-                verdict(nodes_list, args.nproc, tmp)
+                verdict(nodes_list, args.nproc, tmp, args.kinds)
             elif what == "cpu":
                 cpu(8 if args.nproc == 2 else args.nproc, seconds, tmp)
 

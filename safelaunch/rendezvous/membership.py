@@ -114,6 +114,10 @@ class Membership:
                 lost.append(node)
         return lost
 
+    @property
+    def beat_every(self) -> float:
+        return self._beat_every
+
     def describe(self, node: int) -> str:
         return f"node {node} ({self.placement.hosts[node]})"
 
@@ -291,6 +295,10 @@ class NodeWatch:
         self._attempt = attempt
         self._every = every
         self._next = 0.0
+        # The liveness counters move once a beat: a look at every node's more often than
+        # that reads nothing new, and each look is one store operation per node.
+        self._look_every = max(every, membership.beat_every)
+        self._next_look = 0.0
         self.announced = False
 
     def poll(self) -> NodeStop | None:
@@ -304,7 +312,10 @@ class NodeWatch:
             stop = membership.stop_requested(self._attempt)
             if stop is not None:
                 return stop
-            lost = membership.lost_nodes(now)
+            lost = []
+            if now >= self._next_look:
+                self._next_look = now + self._look_every
+                lost = membership.lost_nodes(now)
         except Exception as exc:
             return NodeStop(
                 kind=StopKind.STORE_LOST,
