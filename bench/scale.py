@@ -212,7 +212,7 @@ def same_verdict(started: list[Node], nodes: int) -> tuple[int, set[str]]:
     return printed, found
 
 
-def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str) -> None:
+def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str, conf: str | None) -> None:
     print(f"\nhang deadline to the job verdict on the last node, --hang-timeout=3 ({load()})")
     print(f"{'nodes':>5} {'latency':>8} {'nodes printing':>14} {'distinct':>8}  verdict")
     culprits = random.Random(29)
@@ -220,7 +220,7 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str) -> None:
         culprit = culprits.randrange(nodes * nproc)
         where = tmp / f"hang-{nodes}"
         env = {**os.environ, "HANG_RANK": str(culprit), "PIDS_DIR": str(tmp)}
-        started = launch(True, nodes, nproc, MULTINODE, where, env, ("--hang-timeout=3",), FAST)
+        started = launch(True, nodes, nproc, MULTINODE, where, env, ("--hang-timeout=3",), conf)
         [node.wait(300) for node in started]
         deadline = min(t for n in started if (t := n.first("hang: no rank made progress")))
         last = max(t for n in started if (t := n.first(f"job ({nodes} nodes): HUNG")))
@@ -235,7 +235,7 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str) -> None:
         env = {**os.environ, "PIDS_DIR": str(pids)}
         env.update({"FAIL_RANK": str(nodes * nproc - 1)} if kind == "fail" else {"FOREVER": "1"})
         flags = ("--shutdown-timeout=2",)
-        started = launch(True, nodes, nproc, MULTINODE, where, env, flags, FAST)
+        started = launch(True, nodes, nproc, MULTINODE, where, env, flags, conf)
         if kind == "lost":
             deadline = time.time() + 300
             while len(list(pids.glob("ready-*"))) < nodes * nproc and time.time() < deadline:
@@ -296,6 +296,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--kinds", default="hang,fail,lost", help="verdict: which faults")
+    parser.add_argument(
+        "--slow", action="store_true", help="verdict: torch's keep-alive, not FAST (a loaded host)"
+    )
     parser.add_argument("--smoke", action="store_true", help="10 s windows")
     args = parser.parse_args()
     seconds = 10.0 if args.smoke else args.seconds
@@ -308,7 +311,7 @@ def main() -> None:
             elif what == "store":
                 store(nodes_list, args.nproc, seconds, tmp)
             elif what == "verdict":
-                verdict(nodes_list, args.nproc, tmp, args.kinds)
+                verdict(nodes_list, args.nproc, tmp, args.kinds, None if args.slow else FAST)
             elif what == "cpu":
                 cpu(8 if args.nproc == 2 else args.nproc, seconds, tmp)
 
