@@ -9,6 +9,10 @@
 3. The launcher's own diagnosis (diagnose.read_tail + every signature) of one rank's
    SIZE MB log, in-process.
 
+4. `explain` of a 16-node x 8-rank job's SLURM .out (--job-mb, 1024 by default): 128 ranks'
+   training lines interleaved, prefixed as torchrun's `[rankN]:` and as `srun --label`
+   writes them (`N: `), one rank's real traceback (Python's own) in the middle.
+
 Each line prints wall seconds and the peak RSS of the process that did the work.
 Before issue 13, 200 MB took up to 73 s and 931 MB; a 1 MB line took ~240 s.
 """
@@ -56,10 +60,48 @@ def write_long_line_log(path: Path, line_mb: int) -> None:
         out.write(TRACEBACK.encode())
 
 
+def real_traceback() -> list[str]:
+    """Python's own traceback of a failing step, as a rank prints it."""
+    import traceback
+
+    def step(batch: list[int]) -> int:
+        return batch[len(batch)]  # IndexError
+
+    try:
+        step([1, 2])
+    except IndexError:
+        return traceback.format_exc().splitlines()
+    raise AssertionError("no traceback")
+
+
+def write_job_log(path: Path, size_mb: int, label: str, ranks: int = 128) -> int:
+    """Interleaved training lines of `ranks` ranks; one rank's traceback half-way. Its rank."""
+
+    def prefix(rank: int) -> str:
+        return f"[rank{rank}]:" if label == "torchrun" else f"{rank:>3}: "
+
+    line = "step {s} loss 2.3{r:02d} lr 0.0003 tokens/s 41{r:03d} grad_norm 0.98 mem 61.2G\n"
+    block = "".join(prefix(r) + line.format(s=s, r=r % 100) for s in range(8) for r in range(ranks))
+    data = block.encode()
+    culprit = 77
+    crash = "".join(f"{prefix(culprit)}{text}\n" for text in real_traceback()).encode()
+    with path.open("wb") as out:
+        written = 0
+        while written < size_mb << 20:
+            out.write(data)
+            written += len(data)
+            if crash and written >= size_mb << 19:
+                out.write(crash)
+                crash = b""
+    return culprit
+
+
 def explain(path: Path) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) of the explain process, its root-cause line."""
+    """Wall seconds, peak RSS (MiB) of the explain process, its root-cause line (with the
+    process's CPU seconds, which a loaded machine disturbs far less than wall time)."""
     started = time.monotonic()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     proc = subprocess.run(
         [sys.executable, "-m", "safelaunch", "explain", str(path)],
         capture_output=True,
@@ -67,9 +109,10 @@ def explain(path: Path) -> tuple[float, float, str]:
         timeout=600,
     )
     wall = time.monotonic() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - cpu
     root = next((ln for ln in proc.stdout.splitlines() if "error:" in ln), proc.stderr[-200:])
-    return wall, max(peak, before) / 1024, root.strip()
+    return wall, max(usage.ru_maxrss, before) / 1024, f"{cpu:.1f} s CPU; {root.strip()}"
 
 
 def launcher_diagnosis(path: Path) -> tuple[float, float]:
@@ -94,8 +137,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--line-mb", type=int, default=1)
+    parser.add_argument("--job-mb", type=int, default=1024)
+    parser.add_argument("--only-job", action="store_true", help="item 4 alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
+        for label in ("torchrun", "srun"):
+            job = Path(scratch) / f"job-{label}.out"
+            culprit = write_job_log(job, args.job_mb, label)
+            size = job.stat().st_size / (1 << 20)
+            wall, rss, root = explain(job)
+            job.unlink()
+            print(
+                f"explain, {size:.0f} MB 16x8-rank .out ({label} prefixes, traceback of rank "
+                f"{culprit}): {wall:.2f} s, peak RSS {rss:.0f} MiB ({root})"
+            )
+        if args.only_job:
+            return
         big, long_lines = Path(scratch) / "big.out", Path(scratch) / "long.out"
         write_nccl_log(big, args.size_mb)
         write_long_line_log(long_lines, args.line_mb)

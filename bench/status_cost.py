@@ -4,7 +4,10 @@
 
 A job of N ranks (no torch: each sleeps in short steps and reports them) runs with
 --hang-timeout 5, so the launcher writes its live state at its fastest (every 0.5 s).
-While it runs: the wall time of `safelaunch status` and `status --json`, and the size of
+With --nodes N, the other N-1 nodes' snapshots are this node's, copied with their node,
+host and global ranks moved (what each launcher writes from the store: live/node<k>.json),
+so that status reads and draws a job of N nodes x --ranks. While it runs: the wall time
+of `safelaunch status` and `status --json`, and the size of
 the live snapshot. After it: the time to draw report.html + timeline.json from the run's
 records again (what every launch pays once at its end), and their sizes. Printed, not
 asserted.
@@ -19,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,10 +37,29 @@ def _timed(command: list[str], cwd: Path) -> float:
     return time.perf_counter() - started
 
 
+def _copy_nodes(live: Path, nodes: int, ranks: int) -> None:
+    """Nodes 1..N-1 as node 0's snapshot, refreshed every 0.5 s while the job runs."""
+    while live.exists() and nodes > 1:
+        try:
+            record = json.loads(live.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("state") != "running":
+            return
+        for node in range(1, nodes):
+            other = {**record, "node": node, "host": f"{record['host']}-n{node}"}
+            other["ranks"] = [{**r, "rank": r["rank"] + node * ranks} for r in record["ranks"]]
+            target = live.with_name(f"node{node}.json")
+            target.with_suffix(".tmp").write_text(json.dumps(other))
+            target.with_suffix(".tmp").replace(target)
+        time.sleep(0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--nodes", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -50,11 +73,15 @@ def main() -> None:
         while not live.exists():
             time.sleep(0.1)
         time.sleep(2)
+        copies = threading.Thread(target=_copy_nodes, args=(live, args.nodes, args.ranks))
+        copies.start()
+        time.sleep(1)
         status = [*SAFELAUNCH, "status", "--log-dir", "logs"]
         look = [_timed(status, work) for _ in range(args.repeat)]
         js = [_timed([*status, "--json"], work) for _ in range(args.repeat)]
         snapshot = live.stat().st_size
         job.wait()
+        copies.join()
         run = (work / "logs" / "latest").resolve()
         report = json.loads((run / "attempt_0" / "report.json").read_text())
         from safelaunch.rundir.writing import write_file
@@ -66,7 +93,9 @@ def main() -> None:
             write_views(run, write_file)
             draws.append(time.perf_counter() - t)
         sizes = [(run / name).stat().st_size for name in ("report.html", "timeline.json")]
-    print(f"{args.ranks} ranks, {report['duration_s']:.1f} s job, live state every 0.5 s")
+    one, five, _ = os.getloadavg()
+    print(f"load average {one:.1f} {five:.1f} on {os.cpu_count()} cores")
+    print(f"{args.nodes} node(s) x {args.ranks} ranks, {report['duration_s']:.1f} s job")
     print(f"safelaunch status: median {statistics.median(look):.3f} s (min {min(look):.3f})")
     print(f"safelaunch status --json: median {statistics.median(js):.3f} s (min {min(js):.3f})")
     print(f"live snapshot: {snapshot} bytes")

@@ -78,4 +78,4 @@ def _leave(done: SystemExit) -> None:
     from safelaunch.console import drain_messages  # loaded by the CLI already
 
     drain_messages(MESSAGES_WAIT)  # a slow terminal's queued messages, bounded
-    interpreter.leave(done, threading.active_count())
+    interpreter.leave(done, sum(not thread.daemon for thread in threading.enumerate()))

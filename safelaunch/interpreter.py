@@ -71,14 +71,17 @@ def leave(done: SystemExit, threads: int) -> None:
     By now the launch's `finally` has stopped the keeper, released the port lock and
     removed the private directory, and every file the launcher writes was written with
     os.write or closed by a `with`. What finalization would still do: run atexit handlers,
-    join threads, flush sys.stdout/sys.stderr. So: only with no handler registered and
-    no thread but this one (`threads`: how many run); after flushing both streams
-    ourselves; and never for a code that is not a number (sys.exit("text") prints it) nor
-    when a flush fails (then the interpreter's own exit reports it as before).
+    join non-daemon threads, flush sys.stdout/sys.stderr, tear the modules down. The
+    handlers run here, as the exit would run them; the teardown is what is skipped (with
+    torch loaded for a multi-node rendezvous, it took 1-3.5 s on a busy node). So: only
+    with no non-daemon thread but this one (`threads`: how many run); after flushing both
+    streams ourselves; and never for a code that is not a number (sys.exit("text") prints
+    it) nor when a flush fails (then the interpreter's own exit reports it as before).
     """
     code = 0 if done.code is None else done.code
-    if not isinstance(code, int) or atexit._ncallbacks() or threads > 1:
+    if not isinstance(code, int) or threads > 1:
         raise done
+    atexit._run_exitfuncs()  # in registration order reversed, errors printed, as at exit
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:  # None: started with it closed

@@ -26,7 +26,7 @@ def test_the_fast_exit_flushes_both_streams_and_keeps_the_code() -> None:
     assert run("_leave(SystemExit(True))").returncode == 1
 
 
-def test_an_exit_handler_or_a_thread_still_gets_the_interpreters_exit() -> None:
+def test_an_exit_handler_runs_and_a_thread_is_joined() -> None:
     handler = run(
         "import atexit; atexit.register(lambda: print('handler ran')); _leave(SystemExit(3))"
     )
@@ -37,6 +37,20 @@ def test_an_exit_handler_or_a_thread_still_gets_the_interpreters_exit() -> None:
         "_leave(SystemExit(4))"
     )
     assert (thread.returncode, thread.stdout) == (4, "joined\n")
+
+
+def test_handlers_and_daemon_threads_still_skip_the_module_teardown() -> None:
+    """What a multi-node launcher has once torch is loaded: its atexit handlers and a
+    daemon thread. The handlers run; the teardown (seconds with torch) does not."""
+    done = run(
+        "import atexit, threading, time\n"
+        "class Late:\n    def __del__(self): print('torn down')\n"
+        "late = Late()\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "atexit.register(lambda: print('handler ran'))\n"
+        "_leave(SystemExit(5))"
+    )
+    assert (done.returncode, done.stdout) == (5, "handler ran\n")
 
 
 def test_a_text_code_is_printed_as_sys_exit_prints_it() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import safelaunch_cmd
 
+from safelaunch.diagnose import reading
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.reading import read_tail, walk
 from safelaunch.diagnose.signatures import SIGNATURES
@@ -50,6 +51,28 @@ def test_evidence_is_cut_around_the_hit() -> None:
 def test_a_user_pattern_re2_cannot_run_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match="not an RE2 regular expression"):
         from_records([{"id": "x", "meaning": "m", "patterns": ["(?=a)b"]}], "f.toml")
+
+
+def test_a_traceback_between_a_huge_logs_head_and_tail_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank that failed early in a long SLURM .out: its traceback is kept; memory stays
+    bounded (head, tail and windows only). Sizes scaled down by 1,000."""
+    monkeypatch.setattr(reading, "COMBINED_HEAD", 16 << 10)
+    monkeypatch.setattr(reading, "COMBINED_TAIL", 16 << 10)
+    monkeypatch.setattr(reading, "SCAN_CHUNK", 7 << 10)  # marks cut by a chunk's end too
+    monkeypatch.setattr(reading, "MIDDLE_WINDOW", 2 << 10)
+    noise = "".join(f"[rank{r}]: step 7 loss 2.31 lr 0.0003\n" for r in range(16)) * 200
+    crashes = [
+        f"[rank{r}]: Traceback (most recent call last):\n[rank{r}]: ValueError: r{r}\n"
+        for r in (3, 9)
+    ]
+    log = tmp_path / "slurm.out"
+    log.write_text(noise + crashes[0] + noise * 3 + crashes[1] + noise * 2)
+    text = reading.read_combined(log)
+    assert text is not None
+    assert "[rank3]: ValueError: r3" in text and "[rank9]: ValueError: r9" in text
+    assert len(text) < 40 << 10 + 2 * (2 << 10) and log.stat().st_size > 500 << 10
 
 
 def test_a_fifo_and_a_device_are_not_read(tmp_path: Path) -> None:

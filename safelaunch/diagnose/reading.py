@@ -18,6 +18,12 @@ from typing import BinaryIO
 LOG_TAIL = 1 << 20  # tracebacks are at the end; a huge log is not read whole
 COMBINED_HEAD = 1 << 20  # a combined log: where each rank first spoke
 COMBINED_TAIL = 16 << 20  # ... and how every rank ended (a few MiB per rank)
+# Between a huge combined log's head and tail: what follows the first tracebacks found
+# there (a rank that failed early while the others went on printing), never more in all.
+TRACEBACK_MARK = b"Traceback (most recent call last):"
+MIDDLE_WINDOW = 256 << 10
+MIDDLE_KEEP = 16 << 20
+SCAN_CHUNK = 8 << 20
 WALK_DEPTH = 8  # directory levels below the path `explain` was given
 WALK_ENTRIES = 20000  # directory entries looked at, in all
 
@@ -64,14 +70,39 @@ def read_tail(path: Path, limit: int = LOG_TAIL) -> str:
         os.close(fd)
 
 
-def _whole_lines(head: bytes, tail: bytes) -> bytes:
+def _whole_lines(head: bytes, tail: bytes, middle: tuple[bytes, ...] = ()) -> bytes:
     """Head up to its last line break, tail from its first: no line cut in two."""
     head = head[: head.rfind(b"\n") + 1]
-    return head + b"[...]\n" + tail[tail.find(b"\n") + 1 :]
+    kept = b"".join(part + b"[...]\n" for part in middle)
+    return head + b"[...]\n" + kept + tail[tail.find(b"\n") + 1 :]
+
+
+def _middle_tracebacks(fd: int, start: int, end: int) -> tuple[bytes, ...]:
+    """Whole lines from just before each traceback between `start` and `end`; bounded.
+
+    A scan in chunks (bytes.find: about a second a GB), so memory stays a chunk's.
+    """
+    windows: list[bytes] = []
+    offset, kept = start, 0
+    while offset < end and kept < MIDDLE_KEEP:
+        chunk = _read_at(fd, offset, min(SCAN_CHUNK, end - offset))
+        at = chunk.find(TRACEBACK_MARK)
+        if at < 0:
+            if len(chunk) <= len(TRACEBACK_MARK):
+                break
+            offset += len(chunk) - len(TRACEBACK_MARK)  # a mark cut by the chunk's end
+            continue
+        begin = max(start, offset + at - MIDDLE_WINDOW // 8)  # the prefix, lines before
+        window = _read_at(fd, begin, min(MIDDLE_WINDOW, end - begin))
+        windows.append(window[window.find(b"\n") + 1 : window.rfind(b"\n") + 1])
+        kept += len(window)
+        offset = begin + len(window)
+    return tuple(windows)
 
 
 def read_combined(path: Path) -> str | None:
-    """A combined log's head and tail (all of it when small); None when not a regular file."""
+    """A combined log's head, its tail and what follows tracebacks between (all of it when
+    small); None when not a regular file."""
     fd = _open_regular(path)
     if fd is None:
         return None
@@ -81,7 +112,9 @@ def read_combined(path: Path) -> str | None:
             data = _read_at(fd, 0, size)
         else:
             head = _read_at(fd, 0, COMBINED_HEAD)
-            data = _whole_lines(head, _read_at(fd, size - COMBINED_TAIL, COMBINED_TAIL))
+            tail = _read_at(fd, size - COMBINED_TAIL, COMBINED_TAIL)
+            middle = _middle_tracebacks(fd, COMBINED_HEAD, size - COMBINED_TAIL)
+            data = _whole_lines(head, tail, middle)
     except OSError:
         return None
     finally:

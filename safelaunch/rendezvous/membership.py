@@ -19,6 +19,7 @@ from safelaunch.rendezvous.stops import NodeStop, StopKind, from_json
 from safelaunch.vocab import StrEnum
 
 POLL = 0.1  # seconds between looks at the store while waiting
+LOOK_EVERY = 0.5  # seconds between per-node looks (who is missing, who is lost) in a gather
 
 
 class KeyValue(Protocol):
@@ -113,6 +114,10 @@ class Membership:
                 lost.append(node)
         return lost
 
+    @property
+    def beat_every(self) -> float:
+        return self._beat_every
+
     def describe(self, node: int) -> str:
         return f"node {node} ({self.placement.hosts[node]})"
 
@@ -151,21 +156,32 @@ class Membership:
         """
         keys = [f"{name}/{node}" for node in range(self.placement.nodes)]
         self._store.set(keys[self.placement.node], mine)
+        # One counter the waiting nodes poll: one operation per look, not one per node (a
+        # per-key look from every node, ten times a second, grew with the square of nodes).
+        arrived = f"{name}/arrived"
+        self._store.add(arrived, 1)
         started = time.monotonic()
         deadline = started + timeout
+        missing: set[int] = set(range(self.placement.nodes))
+        next_look = started
         while True:
             now = time.monotonic()
-            missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
-            if not missing:
+            if self._store.add(arrived, 0) >= len(keys) and self._store.check(keys):
+                missing = set()
                 break
-            watched = self._beater is not None
-            if watched and missing <= set(self.lost_nodes(now)):
-                break
-            if now > deadline and (until is None or not watched):
+            if now >= next_look:  # who is missing, and lost: twice a second
+                next_look = now + LOOK_EVERY
+                missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
+                if not missing:
+                    break
+                if self._beater is not None and missing <= set(self.lost_nodes(now)):
+                    break
+            if now > deadline and (until is None or self._beater is None):
                 break
             if until is not None and until.poll(sorted(missing), now - started):
                 break
             time.sleep(POLL)
+        missing = {n for n in missing if not self._store.check([keys[n]])}  # late arrivals
         return [
             None if n in missing else self._store.get(key).decode() for n, key in enumerate(keys)
         ]
@@ -281,6 +297,10 @@ class Membership:
             self.barrier("left", timeout)
         self._stop_beating.set()
         self._workers_store = None
+        write_counts = getattr(self._store, "write_counts", None)  # torchstore.TextStore's
+        if write_counts is not None:
+            with contextlib.suppress(OSError):
+                write_counts(self.placement.node)
 
 
 class NodeWatch:
@@ -291,6 +311,10 @@ class NodeWatch:
         self._attempt = attempt
         self._every = every
         self._next = 0.0
+        # The liveness counters move once a beat: a look at every node's more often than
+        # that reads nothing new, and each look is one store operation per node.
+        self._look_every = max(every, membership.beat_every)
+        self._next_look = 0.0
         self.announced = False
 
     def poll(self) -> NodeStop | None:
@@ -304,7 +328,10 @@ class NodeWatch:
             stop = membership.stop_requested(self._attempt)
             if stop is not None:
                 return stop
-            lost = membership.lost_nodes(now)
+            lost = []
+            if now >= self._next_look:
+                self._next_look = now + self._look_every
+                lost = membership.lost_nodes(now)
         except Exception as exc:
             return NodeStop(
                 kind=StopKind.STORE_LOST,

@@ -8,8 +8,10 @@ MASTER_ADDR:MASTER_PORT that every node's launcher and worker connects to).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import time
 from typing import Any
 
 from safelaunch import defaults
@@ -18,30 +20,59 @@ from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous.membership import Joined
 
 STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
+# A directory: at the end, each launcher writes there what it asked of the job's store
+# (bench/scale.py reads it). Counting costs two integer additions per operation.
+COUNTS_ENV = "SAFELAUNCH_STORE_COUNTS"
 
 
 class TextStore:
-    """torch's store with str values and one lock (the liveness thread shares it)."""
+    """torch's store with str values and one lock (the liveness thread shares it).
+
+    Counts each operation and the bytes of keys and values it moves, per operation.
+    """
 
     def __init__(self, store: Any) -> None:
         self._store = store
         self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self.counts: dict[str, list[int]] = {op: [0, 0] for op in ("set", "get", "add", "check")}
+
+    def _count(self, op: str, size: int) -> None:
+        entry = self.counts[op]
+        entry[0] += 1
+        entry[1] += size
 
     def set(self, key: str, value: str) -> None:
         with self._lock:
+            self._count("set", len(key) + len(value))
             self._store.set(key, value)
 
     def get(self, key: str) -> bytes:
         with self._lock:
-            return bytes(self._store.get(key))
+            value = bytes(self._store.get(key))
+            self._count("get", len(key) + len(value))
+            return value
 
     def add(self, key: str, amount: int) -> int:
         with self._lock:
+            self._count("add", len(key) + 8)
             return int(self._store.add(key, amount))
 
     def check(self, keys: list[str]) -> bool:
         with self._lock:
+            self._count("check", sum(len(key) for key in keys))
             return bool(self._store.check(keys))
+
+    def write_counts(self, node: int) -> None:
+        """What this launcher asked of the store, into $SAFELAUNCH_STORE_COUNTS (if set)."""
+        where = os.environ.get(COUNTS_ENV)
+        if not where:
+            return
+        with self._lock:
+            ops = {op: list(entry) for op, entry in self.counts.items()}
+        record = {"node": node, "seconds": time.monotonic() - self._started, "ops": ops}
+        with open(os.path.join(where, f"store-{node}.json"), "w") as out:
+            json.dump(record, out)
 
 
 def _parameters(config: LaunchConfig) -> Any:

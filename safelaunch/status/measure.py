@@ -22,15 +22,35 @@ CPU_WINDOW = 0.25  # seconds over which CPU% is measured
 SAME_PROCESS = 5.0  # s: a pid started further than this from the rank's spawn is reused
 
 
-def _tree(pid: int, spawned_at: float | None) -> list[psutil.Process]:
+def _children() -> dict[int, list[int]]:
+    """Every process's children, by parent pid: one look at /proc for all the ranks.
+
+    (psutil's children(recursive=True) looks at every process on the host per call:
+    a look per rank grew with ranks x processes.)
+    """
+    kids: dict[int, list[int]] = {}
+    for process in psutil.process_iter(["ppid"]):
+        kids.setdefault(process.info["ppid"], []).append(process.pid)
+    return kids
+
+
+def _tree(
+    pid: int, spawned_at: float | None, kids: Mapping[int, list[int]]
+) -> list[psutil.Process]:
     """The rank's process and its descendants; empty when the pid is no longer the rank."""
     try:
         process = psutil.Process(pid)
         if spawned_at is not None and abs(process.create_time() - spawned_at) > SAME_PROCESS:
             return []
-        return [process, *process.children(recursive=True)]
     except psutil.Error:
         return []
+    tree, todo = [process], list(kids.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        with contextlib.suppress(psutil.Error):
+            tree.append(psutil.Process(child))
+            todo.extend(kids.get(child, ()))
+    return tree
 
 
 def _gpu_memory(environ: Mapping[str, str]) -> dict[int, int]:
@@ -46,7 +66,11 @@ def measure(
     ranks: Iterable[tuple[int, float | None]], environ: Mapping[str, str] | None = None
 ) -> dict[int, Usage]:
     """Usage per rank pid, for (pid, spawned_at) pairs of ranks said to run on this host."""
-    trees = {pid: _tree(pid, spawned) for pid, spawned in ranks}
+    wanted = dict(ranks)
+    if not wanted:
+        return {}
+    kids = _children()
+    trees = {pid: _tree(pid, spawned, kids) for pid, spawned in wanted.items()}
     trees = {pid: tree for pid, tree in trees.items() if tree}
     if not trees:
         return {}
