@@ -266,6 +266,8 @@ def _weigh(
         *w.flight_items(collectives),
         *w.hang_items(hang),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks]),
+        *w.ledger_items(outcome.attempt_dir),
+        *w.peer_address_items(texts, outcome.attempt_dir),
     ]
     verdict = decide(items)
     if verdict.culprits and verdict.location() is None and verdict.decided_by is not None:

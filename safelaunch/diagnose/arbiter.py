@@ -140,9 +140,16 @@ def disagreement_lines(verdict: Verdict) -> list[str]:
     """The evidence that blames other ranks, said as such (under the headline)."""
     if verdict.decided_by is None:
         return [f"  {i.source} says: {i.says}" for i in verdict.disagreeing]
+    # of the last resort's kind, only the first failure in time is said (the rank the
+    # headline would have named without the arbiter); report.json keeps them all
+    shown = [
+        i
+        for i in verdict.disagreeing
+        if i.tier != Tier.FIRST_FAILURE or i.source == Source.FIRST_FAILURE
+    ]
     return [
         f"  {i.source} blames {ranks_label(i.ranks)} instead: {i.says} (weaker: {i.tier})"
-        for i in verdict.disagreeing
+        for i in shown
     ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
 from safelaunch.diagnose.rootcause import WAITING, RootCause
@@ -237,5 +238,90 @@ def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list
             ranks=ranks,
             says=f"when the first rank failed, {what}, not in the collective the others waited in",
             location=places.pop() if len(places) == 1 else None,
+        )
+    ]
+
+
+def ledger_items(attempt_dir: Path) -> list[Item]:
+    """The ranks' call ledgers (rank/call_ledger.py): compared per group, and as a wait-for
+    graph. Another op/size/dtype at a count, by majority, is content; a cycle of waits is
+    a program deadlock (content, every rank in it); a rank that never made the call, made
+    one more, or departs from its own loop, and a rank the others wait on, are behind."""
+    from safelaunch.diagnose.group_calls import Basis, Oddity, compare_ledgers
+    from safelaunch.diagnose.waitfor import wait_for
+    from safelaunch.rundir import calls_file
+
+    ledgers = calls_file.read_all(attempt_dir)
+    if not ledgers:
+        return []
+    items: list[Item] = []
+    for d in compare_ledgers(ledgers).divergences:
+        for oddity in (Oddity.OTHER, Oddity.MISSING, Oddity.EXTRA):
+            odd = [m for m in d.odd if m.oddity == oddity]
+            if not odd:
+                continue
+            content = oddity == Oddity.OTHER and d.basis == Basis.MAJORITY
+            places = {m.call.where for m in odd if m.call is not None and m.call.where}
+            items.append(
+                Item(
+                    source=Source.CALL_LEDGER,
+                    tier=Tier.CONTENT if content else Tier.BEHIND,
+                    ranks=tuple(sorted(m.rank for m in odd)),
+                    says=d.text,
+                    location=places.pop() if len(places) == 1 else None,
+                    klass=COMMUNICATION if content else None,
+                )
+            )
+    graph = wait_for(ledgers)
+    for cycle in graph.cycles:
+        why = "; ".join(e.why for e in graph.edges if e.waiter in cycle and e.waited_on in cycle)
+        items.append(
+            Item(
+                source=Source.WAIT_FOR,
+                tier=Tier.CONTENT,
+                ranks=cycle,
+                says=f"program deadlock: {ranks_label(cycle)} wait on each other in a cycle"
+                + (f" ({_short(why, 240)})" if why else ""),
+                klass=COMMUNICATION,
+            )
+        )
+    if graph.culprits:
+        whys = "; ".join(s.why for s in graph.sinks if s.rank in graph.culprits)
+        items.append(
+            Item(
+                source=Source.WAIT_FOR,
+                tier=Tier.BEHIND,
+                ranks=graph.culprits,
+                says=_short(whys, 240),
+            )
+        )
+    return items
+
+
+_PEER = re.compile(r"Connection closed by peer \[([^\]]+)\]:(\d+)")
+
+
+def peer_address_items(texts: Mapping[int, str], attempt_dir: Path) -> list[Item]:
+    """Gloo's "Connection closed by peer [host]:port" mapped back to the rank that owned
+    the socket (comm_file.rank_of_address): where every such text names one rank, that
+    rank's process went first."""
+    from safelaunch.rundir.comm_file import rank_of_address
+
+    named: dict[int, set[int]] = {}
+    for rank, text in texts.items():
+        for m in _PEER.finditer(text):
+            peer = rank_of_address(attempt_dir, m[1], int(m[2]))
+            if peer is not None and peer != rank:
+                named.setdefault(peer, set()).add(rank)
+    if len(named) != 1:
+        return []
+    ((peer, seen_by),) = named.items()
+    return [
+        Item(  # who went first as the survivors saw it: a consequence may be, as in time
+            source=Source.ERROR_TEXT,
+            tier=Tier.FIRST_FAILURE,
+            ranks=(peer,),
+            says=f"Gloo on {ranks_label(sorted(seen_by))}: the connection to rank {peer} "
+            "closed (its process went first)",
         )
     ]
