@@ -116,12 +116,18 @@ def _moment(path: Path) -> float | None:
     return min(stamps) if stamps else None
 
 
-def run_case(case: Generated, launcher: str, where: Path, isolate: str = "auto") -> Result:
-    """One case under one launcher, in `where`, scored."""
+def run_case(
+    case: Generated,
+    launcher: str,
+    where: Path,
+    isolate: str = "auto",
+    env: dict[str, str] | None = None,
+) -> Result:
+    """One case under one launcher, in `where`, scored; `env` is added to the ranks'."""
     truth = case.truth
     script = case.write(where)
     moment_file = where / "moment"
-    env = {"FAULTGEN_MOMENT": str(moment_file)}
+    env = {**(env or {}), "FAULTGEN_MOMENT": str(moment_file)}
     started = time.time()
     if launcher == "safelaunch":
         seen = zoo.launch_safelaunch(
