@@ -22,8 +22,9 @@ import fault_gen  # noqa: E402
 
 # kinds whose culprit safelaunch names wrong or not at all today, and what it does instead
 MISSED_TODAY = {
-    "lingering_thread": "names the ranks that exited 0, not the one whose thread keeps it alive",
-    "p2p_cycle": "a p2p cycle: every rank waits in recv, no culprit is named",
+    "lingering_thread": "a hang's culprit is not the rank whose thread keeps it alive (the "
+    "bench has seen the ranks that exited 0 named instead)",
+    "p2p_cycle": "every rank waits in recv: the bench has seen no culprit named",
 }
 # a size mismatch is left to the bench: on 2 ranks Gloo has been seen both to abort a rank
 # and to wait until the hang timeout, and only the abort names a culprit today
