@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -309,6 +310,8 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep every case's files and logs here")
     parser.add_argument("--json", type=Path, help="write every result here")
     args = parser.parse_args()
+    # a job started with `&` by a shell ignores SIGINT: stopping it must still score the rest
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     launchers = tuple(name for name in args.launchers.split(",") if name)
     if args.replay:
         kind, _, seed = args.replay.partition(":")
