@@ -112,15 +112,32 @@ def run_safelaunch(
     case: Case, where: Path, isolate: str = "auto", env: dict[str, str] | None = None
 ) -> Seen:
     """The case under safelaunch (logs under `where`); `env` is added to the case's."""
+    cwd = SCENARIOS if case.module else where
+    return launch_safelaunch(
+        _target(case), cwd, where, {**case.env, **(env or {})}, budget(case), isolate=isolate
+    )
+
+
+def launch_safelaunch(
+    target: list[str],
+    cwd: Path,
+    where: Path,
+    env: dict[str, str],
+    timeout: float,
+    *,
+    nproc: int = 2,
+    hang_timeout: float = HANG_TIMEOUT,
+    isolate: str = "auto",
+) -> Seen:
+    """`target` (a script and its arguments) under safelaunch, logs under `where`."""
     where.mkdir(parents=True, exist_ok=True)
     logs = where / "logs"
     cmd = [
-        PYTHON, "-m", "safelaunch", "--log-dir", str(logs), "--nproc-per-node=2",
-        "--hang-timeout", str(HANG_TIMEOUT), "--isolate", isolate, "--isolate-timeout", "20",
-        *_target(case),
+        PYTHON, "-m", "safelaunch", "--log-dir", str(logs), f"--nproc-per-node={nproc}",
+        "--hang-timeout", str(hang_timeout), "--isolate", isolate, "--isolate-timeout", "20",
+        *target,
     ]  # fmt: skip
-    cwd = SCENARIOS if case.module else where
-    code, output, wall = _run(cmd, cwd, _env({**case.env, **(env or {})}), budget(case))
+    code, output, wall = _run(cmd, cwd, _env(env), timeout)
     run_dir = (logs / "latest").resolve() if (logs / "latest").exists() else None
     reports = sorted(run_dir.glob("attempt_*/report.json")) if run_dir else []
     if not reports:
@@ -180,10 +197,17 @@ def reported_location(report: dict[str, Any]) -> str | None:
 
 def run_torchrun(case: Case, where: Path) -> Seen:
     """The case under torchrun 2.13, read as its console reads."""
-    where.mkdir(parents=True, exist_ok=True)
-    cmd = [TORCHRUN, "--nproc-per-node=2", *_target(case)]
     cwd = SCENARIOS if case.module else where
-    code, output, wall = _run(cmd, cwd, _env(case.env), budget(case))
+    return launch_torchrun(_target(case), cwd, where, case.env, budget(case))
+
+
+def launch_torchrun(
+    target: list[str], cwd: Path, where: Path, env: dict[str, str], timeout: float, nproc: int = 2
+) -> Seen:
+    """`target` under torchrun 2.13 (run in `cwd`), read as its console reads."""
+    where.mkdir(parents=True, exist_ok=True)
+    cmd = [TORCHRUN, f"--nproc-per-node={nproc}", *target]
+    code, output, wall = _run(cmd, cwd, _env(env), timeout)
     return read_torchrun(output, code, wall)
 
 

@@ -1,0 +1,65 @@
+"""Generated faults in CI: safelaunch names the culprit rank the fault generator injected.
+
+A small deterministic sample of bench/faultgen's cases (2 ranks, CPU Gloo), each run under
+safelaunch as bench/culprits.py runs it (which runs hundreds, torchrun beside it). Kinds
+safelaunch does not name the culprit of today are xfail (not strict), so that the culprit
+arbiter (issue 24) shows as XPASS when it lands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import MARK_VAR, assert_no_orphans, marked_env
+
+BENCH = Path(__file__).parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import culprits  # noqa: E402
+import fault_gen  # noqa: E402
+
+# kinds whose culprit safelaunch names wrong or not at all today, and what it does instead
+MISSED_TODAY = {
+    "lingering_thread": "a hang's culprit is not the rank whose thread keeps it alive (the "
+    "bench has seen the ranks that exited 0 named instead)",
+    "p2p_cycle": "every rank waits in recv: the bench has seen no culprit named",
+}
+# a size mismatch is left to the bench: on 2 ranks Gloo has been seen both to abort a rank
+# and to wait until the hang timeout, and only the abort names a culprit today
+KINDS = ("exception", "signal", "early_exit", "extra_collective", "blocked_read", *MISSED_TODAY)
+
+
+def _first(kind: str) -> int:
+    """The first seed of `kind` with 2 ranks and no DataLoader workers: the cheapest."""
+    return next(
+        seed
+        for seed in range(1000)
+        if (truth := fault_gen.generate(kind, seed).truth).world == 2
+        and truth.template in ("ddp", "pipeline")
+    )
+
+
+CASES = [
+    pytest.param(
+        kind,
+        _first(kind),
+        id=f"{kind}:{_first(kind)}",
+        marks=[pytest.mark.xfail(strict=False, reason=MISSED_TODAY[kind])]
+        if kind in MISSED_TODAY
+        else [],
+    )
+    for kind in KINDS
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "seed"), CASES)
+def test_safelaunch_names_the_injected_culprit(kind: str, seed: int, tmp_path: Path) -> None:
+    _, mark = marked_env(tmp_path)
+    case = fault_gen.generate(kind, seed)
+    result = culprits.run_case(case, "safelaunch", tmp_path / "case", "never", {MARK_VAR: mark})
+    assert_no_orphans(mark, within=2.0)
+    assert result.named.fault_ran, case.truth  # the injected line ran: the truth holds
+    assert result.marks["rank"] == "right", (case.truth, result.named)
