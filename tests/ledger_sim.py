@@ -194,7 +194,7 @@ def _complete(case: Case, issued: dict[int, list[Call]], done: set[tuple[int, in
         if not calls or (r, calls[-1].n) in done:
             continue
         last = calls[-1]
-        if last.kind is CallKind.COLLECTIVE:
+        if last.kind == CallKind.COLLECTIVE:
             members = case.groups[last.group]
             mates = [_nth(issued[m], last.group, last.count) for m in members]
             if all(m is not None and m.signature() == last.signature() for m in mates):

@@ -138,7 +138,7 @@ def _first_divergence(
 def _aligned(ledger: CallLedger, group: str, shared: set[str]) -> dict[int, Call]:
     """The rank's collectives in the shared groups by position (1, 2, ...); by count in
     `group` when that is the only one (a truncated ledger: positions are unknown)."""
-    calls = [c for c in ledger.calls if c.kind is CallKind.COLLECTIVE and c.group in shared]
+    calls = [c for c in ledger.calls if c.kind == CallKind.COLLECTIVE and c.group in shared]
     if shared == {group}:
         return {c.count: c for c in calls if c.count is not None}
     return dict(enumerate(calls, start=1))

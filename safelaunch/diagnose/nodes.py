@@ -163,7 +163,9 @@ def conclude_job(
     words = {rank: f"node {node}, host {host}" for rank, (node, host) in placed.items()}
     line = headline(verdict, words)
     job = replace(job, verdict=verdict, placed=placed)
-    if line is None:
+    if line is None or job.lost:
+        # a lost node shipped nothing: what the others saw of it are consequences, and
+        # "node N was lost" stays the headline
         return job
     culprit_nodes = {placed[r][0] for r in verdict.culprits if r in placed}
     root_node = min(culprit_nodes) if len(culprit_nodes) == 1 else job.root_node

@@ -96,7 +96,7 @@ def _edges(
     for call in ledger.calls:
         if not call.blocked:
             continue
-        if call.kind is CallKind.COLLECTIVE:
+        if call.kind == CallKind.COLLECTIVE:
             edges += _collective_edges(ledger.rank, call, ledgers, members.get(call.group, ()))
         elif call.peer is not None and call.peer != ledger.rank:
             edge = _p2p_edge(ledger, call, ledgers.get(call.peer))
@@ -152,7 +152,7 @@ def _pairs(call: Call, other: Call, rank: int, own: bool = False) -> bool:
     """`other` is a p2p call on the same channel as `call` (group, tag): with `own`, one of
     the rank's own in the same direction to the same peer; else the peer's matching one
     (a send to the rank; a receive from it, or from any source)."""
-    if other.kind is not CallKind.P2P or other.group != call.group or other.tag != call.tag:
+    if other.kind != CallKind.P2P or other.group != call.group or other.tag != call.tag:
         return False
     sending = call.op in SENDS
     if own:

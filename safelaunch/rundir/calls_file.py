@@ -28,7 +28,6 @@ lines, the newest ones: what it was doing when it stopped is at the end.
 from __future__ import annotations
 
 import os
-from enum import Enum
 
 from safelaunch.rundir.frozen import Record
 from safelaunch.rundir.layout import rank_files
@@ -45,12 +44,12 @@ LIMIT = 200_000  # lines per file (~20 MB); the newest LIMIT..2 x LIMIT lines ar
 ANY = "*"
 
 
-class CallKind(str, Enum):
+class CallKind:
+    """A ledger line's two kinds of call: plain strs, as every record the rank writes
+    (enum is no import of the rank's: rundir/frozen.py)."""
+
     COLLECTIVE = "collective"
     P2P = "p2p"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Group(Record):
@@ -65,7 +64,7 @@ class Call(Record):
     """One call a rank made, and how far it got."""
 
     n: int  # the rank's call number (all kinds, all groups)
-    kind: CallKind
+    kind: str  # CallKind's
     op: str  # all_reduce, broadcast, send, recv, ...
     group: str  # torch's group name
     count: int | None = None  # collectives: the rank's count-th collective in `group`
@@ -84,7 +83,7 @@ class Call(Record):
 
     def shown(self) -> str:
         at = f" at {self.where}" if self.where else ""
-        if self.kind is CallKind.P2P:
+        if self.kind == CallKind.P2P:
             peer = "any rank" if self.peer is None else f"rank {self.peer}"
             way = "to" if self.op.endswith("send") else "from"
             return f"{self.op} {self.what} {way} {peer}{at}"

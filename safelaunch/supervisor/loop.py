@@ -11,6 +11,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from safelaunch.console import Console
 from safelaunch.hangs.detection import ALL_SEEN, HangEvidence, RankProgress, Survivors, Unseen
@@ -328,9 +329,14 @@ class _Attempt:
             )
             return
         self._console.say(reason.say)
+        decided = self._clock.monotonic()
         if reason.cause is TeardownCause.PEER and reason.peer_event is not None:
             self._take_survivors(reason.peer_event.shown, None)
         self._begin_teardown(reason.cause, signal.SIGTERM)
+        if reason.cause is TeardownCause.PEER:
+            # the cause is on another node: a rank that ends while its stacks are taken
+            # ends of that cause (its peers there are gone), as if stopped then
+            self._td = replace(self._td, began_at=decided)
 
     def _declare_hang(
         self,
