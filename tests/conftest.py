@@ -417,3 +417,11 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"T")
+
+
+# Cases whose claim another test in CI already makes at lower cost, kept to be run in full
+# (SAFELAUNCH_LONG_TESTS=1 scripts/test.sh): the suite stays under 10 minutes on 2 cores.
+LONG = pytest.mark.skipif(
+    not os.environ.get("SAFELAUNCH_LONG_TESTS"),
+    reason="opt-in (SAFELAUNCH_LONG_TESTS=1): covered more cheaply in CI",
+)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_orphans, launch, line_of, start, worker
+from conftest import LONG, assert_no_orphans, launch, line_of, start, worker
 
 pytestmark = pytest.mark.slow
 CASES = worker("isolate_cases.py")
@@ -114,6 +114,7 @@ def test_a_hang_is_rerun_and_the_skipped_collective_named(tmp_path: Path) -> Non
     assert "Detected mismatch between collectives on ranks" in rerun_log
 
 
+@LONG
 def test_a_hang_with_detail_off_hangs_again(tmp_path: Path) -> None:
     run = launch(
         tmp_path,
@@ -142,6 +143,7 @@ def test_the_rerun_stops_once_past_the_failure_point(tmp_path: Path) -> None:
     assert rerun["duration_s"] < 30
 
 
+@LONG
 def test_torchs_collective_checks_only_where_safe(tmp_path: Path) -> None:
     # no DDP in the job: DETAIL is on in the rerun, and torch's own check speaks too
     shape = _case(tmp_path / "shape", "shape", "--isolate=always")
@@ -221,6 +223,7 @@ def test_one_rank_rerun_tells_a_distributed_fault(tmp_path: Path) -> None:
     assert not (run.run_dir / "isolate_single" / "rank1.log").exists()
 
 
+@LONG
 def test_transport_bisection_finds_the_variable_that_helps(tmp_path: Path) -> None:
     run = _case(
         tmp_path, "transport", "--isolate=never", "--isolate-nccl", env={"NCCL_IB_DISABLE": "0"}

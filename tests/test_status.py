@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import LiveJob, assert_no_orphans, start, status, wait_for, worker
+from conftest import LONG, LiveJob, assert_no_orphans, start, status, wait_for, worker
 
 from safelaunch import exitcodes
 
@@ -86,6 +86,7 @@ def test_no_run_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@LONG
 def test_two_nodes_each_node_shows_every_node(tmp_path: Path) -> None:
     port = random.randint(20000, 45000)
     started = []

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import launch, line_of, worker
+from conftest import LONG, launch, line_of, worker
 
 from safelaunch.diagnose import stragglers
 
@@ -37,6 +37,7 @@ def test_balanced_job_has_no_straggler(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@LONG
 def test_rank_slower_in_data_loading_is_named(tmp_path: Path) -> None:
     text, found = _run(tmp_path, "data")
     straggler = found["straggler"]
