@@ -111,9 +111,13 @@ def decide(items: Sequence[Item]) -> Verdict:
     if not shared:
         return Verdict(culprits=(), decided_by=None, agreeing=(), disagreeing=tuple(top))
     culprits = tuple(sorted(shared))
-    agreeing = tuple(i for i in blaming[1:] if set(i.ranks) & shared)
+    # the item that names the culprits most narrowly says why (its words name no other rank)
+    decided = min(top, key=lambda i: (len(i.ranks), _order(i)))
+    agreeing = tuple(i for i in blaming if i is not decided and set(i.ranks) & shared)
     disagreeing = tuple(i for i in blaming if not set(i.ranks) & shared)
-    return Verdict(culprits=culprits, decided_by=top[0], agreeing=agreeing, disagreeing=disagreeing)
+    return Verdict(
+        culprits=culprits, decided_by=decided, agreeing=agreeing, disagreeing=disagreeing
+    )
 
 
 def headline(verdict: Verdict, places: dict[int, str] | None = None) -> str | None:
