@@ -21,11 +21,9 @@ from safelaunch.diagnose.arbiter import Verdict, decide, headline
 from safelaunch.diagnose.jobwide import NodeEvidence, unpack
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import after_cause, first_cause
-from safelaunch.diagnose.signatures import SIGNATURES
+from safelaunch.diagnose.signatures import CONSEQUENCES
 from safelaunch.outcome import AttemptStatus, Outcome, attempt_status
 from safelaunch.rendezvous.stops import NodeStop
-
-CONSEQUENCES = tuple(s for s in SIGNATURES if s.consequence)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,9 +2,9 @@
 
 One function per source, each turning its own findings into arbiter Items: the root-cause
 rule's first real failure, the flight records' divergences (by majority, here: the
-comparison itself names whoever differs from the lowest rank), the hang's stacks, and
-error texts that name a rank. Sources written by the rank side later (the call ledger, the
-wait-for graph, the survivors' stacks) add their own function here.
+comparison itself names whoever differs from the lowest rank), the hang's stacks and the
+survivors' (taken before teardown), error texts that name a rank, Gloo's peer addresses,
+and the ranks' call ledgers with their wait-for graph.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
+from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import WAITING, RootCause
+from safelaunch.diagnose.signatures import CONSEQUENCES
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
 from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
 from safelaunch.ranktext import ranks_label
@@ -37,7 +39,11 @@ def first_failure(found: RootCause) -> Item:
             klass=found.klass,
         )
     waited = sig is not None and sig.id in WAITING
-    only_followed = sig is not None and sig.consequence
+    # a consequence's text with no signature of its own ("Connection reset by peer" read
+    # as a RuntimeError) only followed a peer too
+    only_followed = (sig is not None and sig.consequence) or (
+        found.error is not None and bool(matches(found.error.line, None, CONSEQUENCES))
+    )
     weak = waited or only_followed
     return Item(
         source=Source.FIRST_FAILURE,

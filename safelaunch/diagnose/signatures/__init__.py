@@ -13,6 +13,8 @@ from safelaunch.diagnose.signatures.program import PROGRAM
 from safelaunch.diagnose.signatures.setup import SETUP
 from safelaunch.diagnose.signatures.signature import Signature
 
-__all__ = ["SIGNATURES", "Signature"]
+__all__ = ["CONSEQUENCES", "SIGNATURES", "Signature"]
 
 SIGNATURES: tuple[Signature, ...] = (*SETUP, *PROGRAM)
+# what survivors show after a peer died, never a cause of its own (Signature.consequence)
+CONSEQUENCES: tuple[Signature, ...] = tuple(s for s in SIGNATURES if s.consequence)
