@@ -391,7 +391,8 @@ def _verdict_record(diagnosis: Diagnosis) -> dict[str, Any]:
         return {"verdict": None, "culprits": [], "disagreeing": []}
     from safelaunch.diagnose.arbiter import record
 
-    return record(diagnosis.verdict)
+    known = diagnosis.klass if diagnosis.klass != UNKNOWN else None  # unknown is no class
+    return record(diagnosis.verdict, klass=known)
 
 
 def _collectives_record(forensics: Forensics | None) -> dict[str, Any] | None:

@@ -263,7 +263,7 @@ def _weigh(
     items = [
         *([first] if first is not None else []),
         *w.survivor_items(survivors, first),
-        *w.flight_items(collectives),
+        *w.flight_items(collectives, [p.rank for p in places if p.waiting]),
         *w.hang_items(hang),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks]),
         *w.ledger_items(outcome.attempt_dir),

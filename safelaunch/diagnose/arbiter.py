@@ -183,11 +183,14 @@ def _item_record(item: Item) -> dict[str, object]:
 
 
 def record(
-    verdict: Verdict | None, places: dict[int, tuple[int | None, str | None]] | None = None
+    verdict: Verdict | None,
+    places: dict[int, tuple[int | None, str | None]] | None = None,
+    klass: FailureClass | None = None,
 ) -> dict[str, object]:
     """report.json's `diagnosis.verdict`, `culprits` and `disagreeing` (docs/report-json.md).
 
-    `places`: (node, host) per rank, where known.
+    `places`: (node, host) per rank, where known. `klass`: the diagnosis's class, for a
+    culprit whose evidence points to none of its own.
     """
     verdict = verdict or NO_VERDICT
     decided = verdict.decided_by
@@ -197,7 +200,7 @@ def record(
             "node": (places or {}).get(rank, (None, None))[0],
             "host": (places or {}).get(rank, (None, None))[1],
             "location": verdict.location(),
-            "class": verdict.klass(),
+            "class": verdict.klass() or klass,
             "decided_by": {"source": decided.source, "says": decided.says} if decided else None,
         }
         for rank in verdict.culprits

@@ -82,10 +82,17 @@ def _members(d: Divergence) -> str:
     return ",".join(map(str, d.ranks))
 
 
-def flight_items(forensics: Forensics | None) -> list[Item]:
-    """Divergences: a different call is content; a member that never called it, behind."""
+def flight_items(forensics: Forensics | None, waiting: Iterable[int] = ()) -> list[Item]:
+    """Divergences: a different call is content; a member that never called it, behind.
+
+    `waiting`: ranks seen waiting inside a collective (stacks, heartbeats). A member that
+    never called a subgroup's collective because it waits in another one is blocked there,
+    not the cause: that finding is last-resort evidence only (the wait-for graph and the
+    stacks say whom it waits for).
+    """
     if forensics is None:
         return []
+    blocked = set(waiting)
     items: list[Item] = []
     for d in forensics.divergences:
         if d.kind == DivergenceKind.MISMATCH:
@@ -102,13 +109,15 @@ def flight_items(forensics: Forensics | None) -> list[Item]:
                     )
                 )
         elif d.kind == DivergenceKind.MISSING and d.missing:
+            elsewhere = set(d.missing) <= blocked
             items.append(
                 Item(
                     source=Source.FLIGHT_RECORD,
-                    tier=Tier.BEHIND,
+                    tier=Tier.FIRST_FAILURE if elsewhere else Tier.BEHIND,
                     ranks=d.missing,
                     says=f"{ranks_label(d.missing)} never called collective #{d.seq} {d.call} "
-                    f"of group [{_members(d)}], which the others called",
+                    f"of group [{_members(d)}], which the others called"
+                    + ("; it waits in another collective" if elsewhere else ""),
                 )
             )
     for w in forensics.p2p:
