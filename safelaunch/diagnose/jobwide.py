@@ -21,6 +21,7 @@ from typing import Any
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier, Verdict
 from safelaunch.diagnose.frames import user_frame
+from safelaunch.diagnose.witnesses import one
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir import heartbeat_file
 from safelaunch.vocab import FailureClass, Word, word_of
@@ -181,7 +182,6 @@ def job_items(nodes: Sequence[NodeEvidence]) -> list[Item]:
     elsewhere = [p for p in live if not p.waiting and p.activity is not None]
     if waiting and elsewhere and len(elsewhere) < len(waiting):
         ranks = tuple(sorted(p.rank for p in elsewhere))
-        at = {p.location for p in elsewhere}
         items.append(
             Item(
                 source=Source.STACKS,
@@ -189,7 +189,7 @@ def job_items(nodes: Sequence[NodeEvidence]) -> list[Item]:
                 ranks=ranks,
                 says=f"{ranks_label(ranks)} of the job's {len(live)} running ranks is not in "
                 "a collective; the others wait in one",
-                location=at.pop() if len(at) == 1 else None,
+                location=one(p.location for p in elsewhere),
             )
         )
         return items
@@ -198,14 +198,13 @@ def job_items(nodes: Sequence[NodeEvidence]) -> list[Item]:
         low, high = min(seqs), max(seqs)
         behind = tuple(sorted(p.rank for p in waiting if p.seq == low))
         if len(behind) < len(waiting) / 2:
-            at = {p.location for p in waiting if p.seq == low}
             items.append(
                 Item(
                     source=Source.STACKS,
                     tier=Tier.BEHIND,
                     ranks=behind,
                     says=f"{ranks_label(behind)} is behind: collective #{low} vs #{high}",
-                    location=at.pop() if len(at) == 1 else None,
+                    location=one(p.location for p in waiting if p.seq == low),
                 )
             )
     return items

@@ -61,19 +61,34 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _majority_odd(d: Divergence) -> tuple[tuple[int, ...], str] | None:
-    """The members whose call differs from the one most members made; None without a
-    strict majority (two ranks that disagree: the comparison cannot say which is odd)."""
-    differ = dict(d.differ)
-    present = [r for r in d.ranks if r not in d.missing and r not in d.no_record]
-    calls = {r: differ.get(r, d.call) for r in present}
+def minority(calls: Mapping[int, str]) -> tuple[tuple[int, ...], str] | None:
+    """The ranks whose call differs from the one a strict plurality made, and that call;
+    None when all agree or the two commonest tie (one against one: no rank is odd)."""
     counts = Counter(calls.values())
     if len(counts) < 2:
         return None
     (common, most), (_, second) = counts.most_common(2)
     if most == second:
         return None
-    odd = tuple(sorted(r for r, c in calls.items() if c != common))
+    return tuple(sorted(r for r, c in calls.items() if c != common)), common
+
+
+def one(places: Iterable[str | None]) -> str | None:
+    """The place where there is exactly one (ranks at several places have none)."""
+    found = set(places)
+    return found.pop() if len(found) == 1 else None
+
+
+def _majority_odd(d: Divergence) -> tuple[tuple[int, ...], str] | None:
+    """The members whose call differs from the one most members made; None without a
+    strict majority (two ranks that disagree: the comparison cannot say which is odd)."""
+    differ = dict(d.differ)
+    present = [r for r in d.ranks if r not in d.missing and r not in d.no_record]
+    calls = {r: differ.get(r, d.call) for r in present}
+    found = minority(calls)
+    if found is None:
+        return None
+    odd, common = found
     said = "; ".join(f"rank {r} called {calls[r]}" for r in odd)
     return odd, f"at collective #{d.seq} of group [{_members(d)}] {said}, the others {common}"
 
@@ -206,13 +221,10 @@ def error_text_items(texts: Mapping[int, str], world: Iterable[int]) -> list[Ite
 
 
 def _detail_items(calls: Mapping[int, str]) -> list[Item]:
-    counts = Counter(calls.values())
-    if len(counts) < 2:
+    found = minority(calls)
+    if found is None:
         return []
-    (common, most), (_, second) = counts.most_common(2)
-    if most == second:
-        return []
-    odd = tuple(sorted(r for r, c in calls.items() if c != common))
+    odd, _ = found
     return [
         Item(
             source=Source.ERROR_TEXT,
@@ -241,7 +253,6 @@ def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list
     ranks = tuple(sorted(r for g in elsewhere for r in g.ranks))
     if len(ranks) >= sum(len(g.ranks) for g in waiting):
         return []  # most were elsewhere: nothing singles them out
-    places = {g.location for g in elsewhere}
     what = "; ".join(
         f"{ranks_label(g.ranks)} in {g.activity}" + (f" ({g.ended})" if g.ended else "")
         for g in elsewhere
@@ -252,7 +263,7 @@ def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list
             tier=Tier.BEHIND,
             ranks=ranks,
             says=f"when the first rank failed, {what}, not in the collective the others waited in",
-            location=places.pop() if len(places) == 1 else None,
+            location=one(g.location for g in elsewhere),
         )
     ]
 
@@ -276,14 +287,13 @@ def ledger_items(attempt_dir: Path) -> list[Item]:
             if not odd:
                 continue
             content = oddity == Oddity.OTHER and d.basis == Basis.MAJORITY
-            places = {m.call.where for m in odd if m.call is not None and m.call.where}
             items.append(
                 Item(
                     source=Source.CALL_LEDGER,
                     tier=Tier.CONTENT if content else Tier.BEHIND,
                     ranks=tuple(sorted(m.rank for m in odd)),
                     says=d.text,
-                    location=places.pop() if len(places) == 1 else None,
+                    location=one(m.call.where for m in odd if m.call is not None and m.call.where),
                     klass=COMMUNICATION if content else None,
                 )
             )
