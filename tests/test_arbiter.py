@@ -126,6 +126,31 @@ def test_detail_texts_are_counted_over_every_rank_that_raised_them(seed: int) ->
         assert items == []  # one against one: no majority
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_detail_texts_of_a_subgroup_name_global_ranks(seed: int) -> None:
+    """DETAIL's ranks are the group's own: mapped through the members of the group each
+    raising rank's last collective ran in; without that, a text whose first rank is not
+    the raising rank's own is not read (it would blame an innocent rank)."""
+    rng = random.Random(seed)
+    world = rng.randint(4, 8)
+    members = sorted(rng.sample(range(world), rng.randint(3, world - 1)))
+    culprit = rng.choice(members)
+    shape = {r: 5 if r == culprit else 4 for r in members}
+    texts = {}
+    for rank in members:
+        other = culprit if rank != culprit else rng.choice([r for r in members if r != rank])
+        texts[rank] = (
+            "RuntimeError: Detected mismatch between collectives on ranks. "
+            f"Rank {members.index(rank)} is running collective: {_fingerprint(shape[rank])}, "
+            f"but Rank {members.index(other)} is running collective: {_fingerprint(shape[other])}."
+        )
+    groups = dict.fromkeys(members, tuple(members))
+    assert [i.ranks for i in error_text_items(texts, range(world), groups)] == [(culprit,)]
+    unread = error_text_items(texts, range(world))  # no ledgers: the world's numbering
+    if members != list(range(len(members))):  # not the world's numbering: nothing read
+        assert unread == []
+
+
 def test_a_rank_torch_names_in_a_monitored_barrier_is_behind() -> None:
     text = "RuntimeError: Ranks 1, 3 failed to pass monitoredBarrier in 10000 ms"
     (item,) = error_text_items({0: text}, range(4))

@@ -35,12 +35,15 @@ KINDS = ("extra_collective", "blocked_read", "lingering_thread")
 
 
 def _first(kind: str) -> int:
-    """The first seed of `kind` with 2 ranks and no DataLoader workers: the cheapest."""
+    """The first seed of `kind` with 2 ranks and no DataLoader workers (the cheapest), its
+    fault past the first two steps: before that, two ranks that call differently are
+    "one of these" by construction, and named by nobody (tests/test_ledger_rules.py)."""
     return next(
         seed
         for seed in range(1000)
         if (truth := fault_gen.generate(kind, seed).truth).world == 2
         and truth.template in ("ddp", "pipeline")
+        and truth.step >= 2
     )
 
 

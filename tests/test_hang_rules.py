@@ -141,3 +141,32 @@ def test_ranks_frozen_at_one_line_are_one_group_with_no_culprit() -> None:
         (),
         "every rank is at the same place: look for a cause outside the job",
     )
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 6])
+def test_stale_heartbeats_of_most_ranks_waiting_in_a_collective_blame_the_one_outside(
+    world: int,
+) -> None:
+    """A loaded machine starves the beat threads of ranks waiting in a collective; the rank
+    outside it (sleeping in the loop, its heartbeat fresh) is the one they wait for, not
+    them (a generated stop-the-world fault saw ranks 0-2 of 4 named "stopped responding")."""
+    from safelaunch.hangs.analysis import _culprits, _group
+    from safelaunch.hangs.detection import HangEvidence
+
+    outside = world - 1
+    sleeping = (("/job/train.py", 9, "train"),)
+    beats = [
+        Beat(rank=r, time=96.0 if r != outside else 99.8, since=90.0,
+             frames=sleeping if r == outside else AT_REDUCE, step=None, seq=None)
+        for r in range(world)
+    ]  # fmt: skip
+    evidence = HangEvidence(
+        detected_at=100.0,
+        timeout=4.0,
+        interval=0.5,
+        ranks=tuple(RankProgress(rank=b.rank, last_progress=90.0, beat=b) for b in beats),
+        states={r: "R" if r != outside else "S" for r in range(world)},
+        stack_files={},
+    )
+    culprits, why = _culprits(_group(evidence), [])
+    assert culprits == (outside,), why

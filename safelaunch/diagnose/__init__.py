@@ -258,15 +258,18 @@ def _weigh(
 
     from safelaunch.diagnose import witnesses as w
     from safelaunch.diagnose.arbiter import decide
+    from safelaunch.diagnose.ledger_items import items_of_ledgers, last_groups
+    from safelaunch.rundir import calls_file
 
+    ledgers = calls_file.read_all(outcome.attempt_dir)
     first = w.first_failure(found) if found is not None else None
     items = [
         *([first] if first is not None else []),
         *w.survivor_items(survivors, first),
         *w.flight_items(collectives, [p.rank for p in places if p.waiting]),
         *w.hang_items(hang),
-        *w.error_text_items(texts, [r.rank for r in outcome.ranks]),
-        *w.ledger_items(outcome.attempt_dir),
+        *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
+        *items_of_ledgers(ledgers),
         *w.peer_address_items(texts, outcome.attempt_dir),
     ]
     verdict = decide(items)

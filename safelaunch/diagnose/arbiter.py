@@ -6,7 +6,10 @@ blames, in its own words, with how much it can be trusted (its `Tier`). `decide`
 the strongest tier that blames anyone; where that tier's items share a rank, those ranks
 are the culprits, else the evidence disagrees and no culprit is named (a wrong headline
 is worse than none). Items of weaker tiers that blame other ranks are kept as
-`disagreeing`, shown as such, never as a second verdict.
+`disagreeing`, shown as such, never as a second verdict. An `ambiguous` item says "one
+of these ranks, nothing says which" (two ranks that called different sizes at the same
+call): it names nobody, but where it is the strongest evidence it keeps the weaker tiers
+(the first to fail in time) from naming one of them.
 
 The tiers, strongest first, and why:
 - CONTENT: what a rank did differs from what the others did at the same call (another
@@ -64,6 +67,7 @@ class Item:
     says: str  # its own words: "rank 2 called all_reduce(float32[9]) instead"
     location: str | None = None  # where the blamed rank was: path:line in func
     klass: FailureClass | None = None  # the class this evidence points to, when it does
+    ambiguous: bool = False  # one of `ranks`, nobody knows which (module docstring)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,10 +110,14 @@ def decide(items: Sequence[Item]) -> Verdict:
     if not blaming:
         return NO_VERDICT
     tier = blaming[0].tier
-    top = [i for i in blaming if i.tier == tier]
+    level = [i for i in blaming if i.tier == tier]
+    top = [i for i in level if not i.ambiguous]
+    if not top:  # only "one of these": no culprit, and no weaker tier picks one of them
+        return Verdict(culprits=(), decided_by=None, agreeing=(), disagreeing=tuple(blaming))
     shared = set(top[0].ranks).intersection(*(i.ranks for i in top[1:]))
     if not shared:
         return Verdict(culprits=(), decided_by=None, agreeing=(), disagreeing=tuple(top))
+    blaming = [i for i in blaming if not i.ambiguous]
     culprits = tuple(sorted(shared))
     # the item that names the culprits most narrowly says why (its words name no other rank)
     decided = min(top, key=lambda i: (len(i.ranks), _order(i)))
@@ -129,6 +137,8 @@ def headline(verdict: Verdict, places: dict[int, str] | None = None) -> str | No
     if verdict.decided_by is None:
         if not verdict.disagreeing:
             return None
+        if verdict.disagreeing[0].ambiguous:  # the strongest evidence cannot say which
+            return f"no culprit: {verdict.disagreeing[0].says} ({verdict.disagreeing[0].source})"
         views = "; ".join(f"{i.source}: {ranks_label(i.ranks)}" for i in verdict.disagreeing)
         return f"no culprit: the evidence disagrees ({views})"
     who = ranks_label(verdict.culprits)
@@ -179,7 +189,8 @@ def verdict_lines(
 
 
 def _item_record(item: Item) -> dict[str, object]:
-    return {"source": item.source, "ranks": list(item.ranks), "says": item.says}
+    said: dict[str, object] = {"source": item.source, "ranks": list(item.ranks), "says": item.says}
+    return {**said, "ambiguous": True} if item.ambiguous else said
 
 
 def record(

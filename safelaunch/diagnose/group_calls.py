@@ -16,8 +16,14 @@ oldest lines (the cap), positions are the counts in the group alone.
   called`), or called where most made no call (`extra call`).
 - Without a majority (two members, or a tie), each member against its own earlier calls
   at that point of its loop (group, op, dtype[shape] and file:line, one loop period
-  back): the member that departs from its loop while the others keep to theirs is odd;
-  when none or all do, the group is undecided, and nobody is named.
+  back; before two whole periods exist, the moves from one call to the next that the
+  program made, in the other ranks' ledgers and its own, group names left out): the
+  member that departs from its loop while the others keep to theirs is odd; when none
+  or all do, or one cannot be told, the group is undecided, and nobody is named.
+- Where the members made the same call from different lines (legitimate: `if rank == 0:
+  broadcast(a) else: broadcast(b)`), only a departure from its own loop makes a member
+  odd; else a strict minority of lines is kept as a weak `site` finding, used only to say
+  who broke the order in a cross-group deadlock (witnesses.py), and the walk goes on.
 
 A member that has not made the call at a count but is blocked in another call is held
 up there (the wait-for graph says by whom), not odd: it takes no part in the vote.
@@ -30,6 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
@@ -48,6 +55,7 @@ class Oddity(StrEnum):
 class Basis(StrEnum):
     MAJORITY = "majority"
     OWN_LOOP = "own loop"  # no majority: its departure from its own earlier calls
+    SITE = "site"  # the same call, from another line than most: weak (module docstring)
 
 
 @dataclass(frozen=True)
@@ -69,14 +77,26 @@ class GroupDivergence:
 
 
 @dataclass(frozen=True)
+class Undecided:
+    """A group whose members made different calls where nothing names the odd one."""
+
+    group: str
+    ranks: tuple[int, ...]  # the members that differ
+    text: str
+
+
+@dataclass(frozen=True)
 class LedgerComparison:
     divergences: tuple[GroupDivergence, ...]  # decided: odd members named
-    undecided: tuple[str, ...]  # groups whose members differ where nothing names one
+    undecided: tuple[Undecided, ...]  # groups whose members differ where nothing names one
     findings: tuple[str, ...]  # one line of words each: divergences, then undecided
 
     @property
     def culprits(self) -> tuple[int, ...]:
-        return tuple(sorted({m.rank for d in self.divergences for m in d.odd}))
+        """The odd members of the decided divergences (not the weak `site` ones)."""
+        return tuple(
+            sorted({m.rank for d in self.divergences if d.basis != Basis.SITE for m in d.odd})
+        )
 
 
 def compare_ledgers(ledgers: Mapping[int, CallLedger]) -> LedgerComparison:
@@ -86,7 +106,7 @@ def compare_ledgers(ledgers: Mapping[int, CallLedger]) -> LedgerComparison:
         for group in ledger.groups:
             groups.setdefault(group.name, group.ranks)
     decided: list[GroupDivergence] = []
-    undecided: list[str] = []
+    undecided: list[Undecided] = []
     compared: set[tuple[int, ...]] = set()  # groups of the same members: the same sequence
     for name, ranks in sorted(groups.items(), key=lambda item: _order(item[0])):
         present = tuple(r for r in ranks if r in ledgers)
@@ -99,7 +119,7 @@ def compare_ledgers(ledgers: Mapping[int, CallLedger]) -> LedgerComparison:
             decided.append(found)
         elif found is not None:
             undecided.append(found)
-    findings = tuple(d.text for d in decided) + tuple(undecided)
+    findings = tuple(d.text for d in decided) + tuple(u.text for u in undecided)
     return LedgerComparison(
         divergences=tuple(decided), undecided=tuple(undecided), findings=findings
     )
@@ -111,28 +131,36 @@ def _order(name: str) -> tuple[int, str]:
 
 def _first_divergence(
     group: str, members: tuple[int, ...], ledgers: Mapping[int, CallLedger], shared: set[str]
-) -> GroupDivergence | str | None:
+) -> GroupDivergence | Undecided | None:
     whole = not any(ledgers[m].truncated for m in members)
     calls = {m: _aligned(ledgers[m], group, shared if whole else {group}) for m in members}
     blocked = {m for m in members if any(c.blocked for c in ledgers[m].calls)}
     start = max((min(c) for c in calls.values() if c), default=1)
     end = max((max(c) for c in calls.values() if c), default=0)
+    program = _program(ledgers, members, {c.where for m in members for c in calls[m].values()})
+    # the first place where they made the same call from other lines: its minority, or
+    # why nobody is named there
+    site: GroupDivergence | Undecided | None = None
     for count in range(start, end + 1):
         at = {m: calls[m].get(count) for m in members}
         # absent but blocked in another call: held up there, no vote
         voters = [m for m in members if at[m] is not None or m not in blocked]
-        if len(voters) < 2:
+        if len(voters) < 2 or len({_full(at[m]) for m in voters}) == 1:
+            continue
+        if len({_short(at[m]) for m in voters}) == 1:  # the same call from other lines
+            found = _by_own_loop(group, members, count, calls, voters, program)
+            if isinstance(found, GroupDivergence):
+                return found
+            site = site or _by_site(group, members, count, at, voters) or found
             continue
         if len(voters) >= 3:
             majority = _majority({m: _short(at[m]) for m in voters})
-            if majority is None and len({_short(at[m]) for m in voters}) == 1:
-                continue
             if majority is not None:
                 return _by_majority(group, members, count, at, voters, majority)
-        elif len({_full(at[m]) for m in voters}) == 1:
-            continue
-        return _by_own_loop(group, members, count, calls, voters)
-    return None
+        found = _by_own_loop(group, members, count, calls, voters, program)
+        # past an extra call from another line, each loop is compared shifted: no verdict
+        return found if site is None else site
+    return site
 
 
 def _aligned(ledger: CallLedger, group: str, shared: set[str]) -> dict[int, Call]:
@@ -199,30 +227,39 @@ def _by_own_loop(
     count: int,
     calls: Mapping[int, Mapping[int, Call]],
     voters: Sequence[int],
-) -> GroupDivergence | str:
+    program: Program,
+) -> GroupDivergence | Undecided:
     departs: dict[int, bool] = {}
-    periods: dict[int, int] = {}
+    loops: dict[int, str] = {}
     for m in voters:
         history = [_full(calls[m].get(k)) for k in range(min(calls[m], default=count), count)]
+        current = _full(calls[m].get(count))
         period = _period(history)
-        if period is None:
-            continue
-        periods[m] = period
-        departs[m] = _full(calls[m].get(count)) != history[-period]
+        if period is not None:
+            loops[m] = f"rank {m} every {period}"
+            departs[m] = current != history[-period]
+        else:  # not two whole periods yet: the moves the program made before
+            moved = _by_moves(m, count, calls, program)
+            if moved is not None:
+                departs[m], loops[m] = moved
     odd_ranks = [m for m in voters if departs.get(m)]
     keeping = [m for m in voters if departs.get(m) is False]
     shown = _head(group, members, count)
     if not odd_ranks or not keeping or len(departs) < len(voters):
         calls_at = "; ".join(f"rank {m}: {_shown(calls[m].get(count), group)}" for m in voters)
-        return f"{shown}: the members differ ({calls_at}) and no majority or loop names one"
+        return Undecided(
+            group=group,
+            ranks=tuple(voters),
+            text=f"{shown}: the members differ ({calls_at}) and no majority or loop names one",
+        )
     expected = calls[keeping[0]].get(count)
     odd = tuple(
         OddMember(rank=m, oddity=_oddity(calls[m].get(count), expected), call=calls[m].get(count))
         for m in odd_ranks
     )
     text = _text(group, members, count, expected, keeping, odd)
-    loops = ", ".join(f"rank {m} every {periods[m]}" for m in odd_ranks)
-    text += f" (no majority: it departs from its own earlier calls, which repeat {loops})"
+    said = "; ".join(loops[m] for m in odd_ranks)
+    text += f" (no majority: it departs from its own earlier calls: {said})"
     return GroupDivergence(
         group=group,
         members=members,
@@ -232,6 +269,87 @@ def _by_own_loop(
         basis=Basis.OWN_LOOP,
         text=text,
     )
+
+
+def _by_site(
+    group: str,
+    members: tuple[int, ...],
+    count: int,
+    at: Mapping[int, Call | None],
+    voters: Sequence[int],
+) -> GroupDivergence | None:
+    """The strict minority of lines among members that made the same call, if any."""
+    where = {m: c.where for m in voters if (c := at[m]) is not None}
+    (common, most), (_, second) = Counter(where.values()).most_common(2)
+    if most == second:
+        return None
+    agreeing = [m for m in voters if where.get(m) == common]
+    expected = at[agreeing[0]]
+    odd = tuple(
+        OddMember(rank=m, oddity=Oddity.OTHER, call=at[m]) for m in voters if m not in agreeing
+    )
+    text = _text(group, members, count, expected, agreeing, odd) + " (the same call, another line)"
+    return GroupDivergence(
+        group=group,
+        members=members,
+        position=count,
+        expected=expected,
+        odd=odd,
+        basis=Basis.SITE,
+        text=text,
+    )
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the other ranks' ledgers show the program doing at the members' lines: its
+    moves (one collective to the next) and its calls, group names left out (each rank has
+    subgroups of its own)."""
+
+    moves: frozenset[tuple[Signature, Signature]]
+    calls: frozenset[Signature]
+
+
+def _step(call: Call) -> Signature:
+    return (*call.signature(), call.where)
+
+
+def _program(ledgers: Mapping[int, CallLedger], members: Sequence[int], sites: set[str]) -> Program:
+    moves: set[tuple[Signature, Signature]] = set()
+    made: set[Signature] = set()
+    for rank, ledger in ledgers.items():
+        if rank in members:
+            continue
+        steps = [
+            _step(c) for c in ledger.calls if c.kind == CallKind.COLLECTIVE and c.where in sites
+        ]
+        moves.update(pairwise(steps))
+        made.update(steps)
+    return Program(moves=frozenset(moves), calls=frozenset(made))
+
+
+def _by_moves(
+    member: int, count: int, calls: Mapping[int, Mapping[int, Call]], program: Program
+) -> tuple[bool, str] | None:
+    """Before two whole periods: (departs, why) from the moves the program made (the other
+    ranks', and this member's before `count`), or None where they cannot say. A move made
+    before keeps to the loop; a call no rank ever made, or a move none made once two
+    calls are known, departs. A call made before is no evidence by itself (a skipped call
+    goes on to a known one)."""
+    mine = calls[member]
+    steps = [_step(c) for k in range(min(mine, default=count), count) if (c := mine.get(k))]
+    here = mine.get(count)
+    if here is None:  # no call where its loop went on, and blocked in none
+        return (True, f"rank {member} made no call after {len(steps)}") if steps else None
+    move = (steps[-1], _step(here)) if steps else None
+    if move is not None and move in program.moves | set(pairwise(steps)):
+        return False, ""
+    others = {_step(c) for m, cs in calls.items() if m != member for c in cs.values()}
+    if _step(here) not in program.calls | others | set(steps):
+        return True, f"rank {member} called what no rank called before"
+    if len(steps) >= 2:
+        return True, f"rank {member} went from its previous call to one no rank went to"
+    return None
 
 
 def _period(history: Sequence[Signature]) -> int | None:

@@ -34,6 +34,7 @@ class Edge:
     waiter: int
     waited_on: int
     why: str  # one line of words, with the waiter's file:line where the ledger has it
+    collective: bool = False  # the waiter waits in a collective (else in a send/recv)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def _collective_edges(
                 f"rank {rank} waits in {call.shown()} (group {call.group}) for rank {member}, "
                 f"which has {so_far}"
             )
-            edges.append(Edge(waiter=rank, waited_on=member, why=why))
+            edges.append(Edge(waiter=rank, waited_on=member, why=why, collective=True))
     return edges
 
 

@@ -49,15 +49,15 @@ def first_failure(found: RootCause) -> Item:
         source=Source.FIRST_FAILURE,
         tier=Tier.FIRST_FAILURE if weak else Tier.OWN_ERROR,
         ranks=(found.rank,),
-        says=f"rank {found.rank} failed first: {_short(what)}"
+        says=f"rank {found.rank} failed first: {shorten(what)}"
         if weak
-        else f"rank {found.rank}'s own error: {_short(what)}",
+        else f"rank {found.rank}'s own error: {shorten(what)}",
         location=where,
         klass=found.klass,
     )
 
 
-def _short(text: str, limit: int = 160) -> str:
+def shorten(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -175,26 +175,46 @@ _DDP = re.compile(r"while rank (\d+) has inconsistent")
 _DETAIL = re.compile(r"Rank (\d+) is running collective: (CollectiveFingerPrint\([^)]*\))")
 
 
-def error_text_items(texts: Mapping[int, str], world: Iterable[int]) -> list[Item]:
+def error_text_items(
+    texts: Mapping[int, str],
+    world: Iterable[int],
+    groups: Mapping[int, Sequence[int]] | None = None,
+) -> list[Item]:
     """Ranks that torch's own error texts name, in any rank's log.
 
     DETAIL's mismatch text names two ranks and their calls on each rank that raised it;
     the calls are counted over all of them, and only a strict minority is blamed. Its
-    ranks are the default group's (the world's): a subgroup's texts are not translated
-    yet, so only a text whose ranks all exist is read.
+    ranks are those of the group the collective ran in, the raising rank first: `groups`
+    (a rank's last collective's group members, from its call ledger; else the world) maps
+    them to global ranks, and a text whose first rank is not the raising rank's place in
+    that group is not read (it is another group's: a guess would blame an innocent rank).
+    Without `groups` (explain over logs), one such text means the texts are a subgroup's:
+    none is read.
     """
-    world = set(world)
+    world = sorted(set(world))
     items: list[Item] = []
     barrier: set[int] = set()
     ddp: set[int] = set()
     calls: dict[int, str] = {}
-    for text in texts.values():
+    foreign = False  # a DETAIL text that is not in its group's numbering
+    for rank, text in texts.items():
         for m in _BARRIER.finditer(text):
             barrier.update(int(r) for r in re.findall(r"\d+", m[1]))
         ddp.update(int(m[1]) for m in _DDP.finditer(text))
-        for m in _DETAIL.finditer(text):
-            calls.setdefault(int(m[1]), m[2])
-    if barrier and barrier <= world:
+        members = list((groups or {}).get(rank) or world)
+        found = list(_DETAIL.finditer(text))
+        if not found:
+            continue
+        if rank not in members or int(found[0][1]) != members.index(rank):
+            foreign = True
+            continue
+        for m in found:
+            local = int(m[1])
+            if local < len(members):
+                calls.setdefault(members[local], m[2])
+    if foreign and groups is None:
+        calls = {}
+    if barrier and barrier <= set(world):
         ranks = tuple(sorted(barrier))
         items.append(
             Item(
@@ -204,7 +224,7 @@ def error_text_items(texts: Mapping[int, str], world: Iterable[int]) -> list[Ite
                 says=f"torch: {ranks_label(ranks)} failed to pass monitoredBarrier",
             )
         )
-    if ddp and ddp <= world:
+    if ddp and ddp <= set(world):
         ranks = tuple(sorted(ddp))
         items.append(
             Item(
@@ -215,8 +235,7 @@ def error_text_items(texts: Mapping[int, str], world: Iterable[int]) -> list[Ite
                 klass=FailureClass.MODEL,
             )
         )
-    if set(calls) <= world:
-        items.extend(_detail_items(calls))
+    items.extend(_detail_items(calls))
     return items
 
 
@@ -266,61 +285,6 @@ def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list
             location=one(g.location for g in elsewhere),
         )
     ]
-
-
-def ledger_items(attempt_dir: Path) -> list[Item]:
-    """The ranks' call ledgers (rank/call_ledger.py): compared per group, and as a wait-for
-    graph. Another op/size/dtype at a count, by majority, is content; a cycle of waits is
-    a program deadlock (content, every rank in it); a rank that never made the call, made
-    one more, or departs from its own loop, and a rank the others wait on, are behind."""
-    from safelaunch.diagnose.group_calls import Basis, Oddity, compare_ledgers
-    from safelaunch.diagnose.waitfor import wait_for
-    from safelaunch.rundir import calls_file
-
-    ledgers = calls_file.read_all(attempt_dir)
-    if not ledgers:
-        return []
-    items: list[Item] = []
-    for d in compare_ledgers(ledgers).divergences:
-        for oddity in (Oddity.OTHER, Oddity.MISSING, Oddity.EXTRA):
-            odd = [m for m in d.odd if m.oddity == oddity]
-            if not odd:
-                continue
-            content = oddity == Oddity.OTHER and d.basis == Basis.MAJORITY
-            items.append(
-                Item(
-                    source=Source.CALL_LEDGER,
-                    tier=Tier.CONTENT if content else Tier.BEHIND,
-                    ranks=tuple(sorted(m.rank for m in odd)),
-                    says=d.text,
-                    location=one(m.call.where for m in odd if m.call is not None and m.call.where),
-                    klass=COMMUNICATION if content else None,
-                )
-            )
-    graph = wait_for(ledgers)
-    for cycle in graph.cycles:
-        why = "; ".join(e.why for e in graph.edges if e.waiter in cycle and e.waited_on in cycle)
-        items.append(
-            Item(
-                source=Source.WAIT_FOR,
-                tier=Tier.CONTENT,
-                ranks=cycle,
-                says=f"program deadlock: {ranks_label(cycle)} wait on each other in a cycle"
-                + (f" ({_short(why, 240)})" if why else ""),
-                klass=COMMUNICATION,
-            )
-        )
-    if graph.culprits:
-        whys = "; ".join(s.why for s in graph.sinks if s.rank in graph.culprits)
-        items.append(
-            Item(
-                source=Source.WAIT_FOR,
-                tier=Tier.BEHIND,
-                ranks=graph.culprits,
-                says=_short(whys, 240),
-            )
-        )
-    return items
 
 
 _PEER = re.compile(r"Connection closed by peer \[([^\]]+)\]:(\d+)")

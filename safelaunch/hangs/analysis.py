@@ -215,7 +215,11 @@ def _culprits(
         return culprits, "; ".join(f"{ranks_label(list(g.ranks))}: {g.ended}" for g in ended)
     everyone = {rank for group in groups for rank in group.ranks}
     frozen = {r for g in groups if g.frozen for r in g.ranks}
-    if frozen and frozen != everyone:
+    # Heartbeats gone stale only (no T/D state, no unanswered dump) in ranks whose last
+    # beat was inside a collective, and as many as the rest: those wait there (a loaded
+    # machine starves beat threads); the rules below look at where the others are.
+    stale_waiting = all(g.waiting and str(g.frozen).startswith(_STALE) for g in groups if g.frozen)
+    if frozen and frozen != everyone and not (stale_waiting and 2 * len(frozen) >= len(everyone)):
         return tuple(sorted(frozen)), "it stopped responding while the others wait for it"
     if exited:
         gone = ", ".join(f"rank {rank} {how}" for rank, how in exited)
