@@ -259,6 +259,34 @@ def test_an_uneven_hang_is_data_sampling() -> None:
     assert hang_class(hang) == "data/sampling"
 
 
+@pytest.mark.parametrize(
+    ("frames", "children", "klass"),
+    [
+        ((("/job/data.py", 41, "__getitem__"), ("/job/train.py", 9, "train")), None,
+         "data/sampling"),
+        ((("/job/train.py", 9, "train"),), "waits for its DataLoader worker (pid 7), which is in "
+         "decode at /job/data.py:41", "data/sampling"),
+        ((("/job/train.py", 9, "train"),), "waits for its child process (pid 7: tar)", "unknown"),
+        ((("/job/model.py", 12, "forward"),), None, "unknown"),
+    ],
+)  # fmt: skip
+def test_a_hang_culprit_stuck_loading_data_is_data_sampling(frames, children, klass) -> None:
+    """Stuck outside communication inside a Dataset's method, or waiting for its DataLoader
+    workers: data/sampling; stuck elsewhere in its own code: unknown (its stack is the lead)."""
+    stuck = Whereabouts(
+        ranks=(1,), activity="sleep", location=None, waiting=False, seqs=(3,), frozen=None,
+        frames=frames, children=children,
+    )  # fmt: skip
+    waiting = Whereabouts(
+        ranks=(0, 2), activity="all_reduce", location=None, waiting=True, seqs=(4,), frozen=None
+    )
+    hang = HangAnalysis(
+        stuck_for=9.0, timeout=8.0, groups=(waiting, stuck), exited=(), culprits=(1,),
+        reason="r", stacks_dir=None,
+    )  # fmt: skip
+    assert hang_class(hang) == klass
+
+
 # --- real launches ---------------------------------------------------------------
 
 
