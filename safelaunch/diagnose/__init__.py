@@ -148,12 +148,19 @@ def diagnose(
         # what the rest would find for a job that ended well, without importing it
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
-    from safelaunch.diagnose.leaving import read_counts, read_leaves, read_lingering, read_seqs
+    from safelaunch.diagnose.leaving import (
+        read_counts,
+        read_leaves,
+        read_lingering,
+        read_seqs,
+        thread_places,
+    )
     from safelaunch.diagnose.rootcause import find_root_cause, follow_verdict
     from safelaunch.flights.forensics import for_attempt
     from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang, where_they_were
 
     lingering = read_lingering(heartbeat_dir)
+    threads = thread_places(heartbeat_dir)
     hang = analyse_hang(outcome, lingering)
     survivors = where_they_were(outcome.survivors.evidence, lingering) if outcome.survivors else ()
     # torch's analyser costs an import of torch: only when something went wrong
@@ -166,7 +173,7 @@ def diagnose(
         klass = hang_class(hang) if hang else None
         places = _places(outcome, hang, heartbeat_dir)
         return Diagnosis(
-            verdict=_weigh(None, hang, collectives, texts, outcome, places, survivors),
+            verdict=_weigh(None, hang, collectives, texts, outcome, places, survivors, threads),
             places=places,
             root_cause=None,
             error=None,
@@ -185,7 +192,7 @@ def diagnose(
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
     places = _places(outcome, hang, heartbeat_dir, survivors)
-    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors)
+    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads)
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -262,9 +269,11 @@ def _weigh(
     outcome: Outcome,
     places: Sequence[RankPlace],
     survivors: Sequence[Whereabouts] = (),
+    threads: Mapping[int, str] | None = None,
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
-    is placed where the hang's stacks, else its last heartbeat record, saw it."""
+    is placed where the hang's stacks, else its last heartbeat record, saw it.
+    `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places)."""
     from dataclasses import replace
 
     from safelaunch.diagnose import witnesses as w
@@ -276,9 +285,9 @@ def _weigh(
     first = w.first_failure(found) if found is not None else None
     items = [
         *([first] if first is not None else []),
-        *w.survivor_items(survivors, first),
+        *w.survivor_items(survivors, first, threads or {}),
         *w.flight_items(collectives, [p.rank for p in places if p.waiting]),
-        *w.hang_items(hang),
+        *w.hang_items(hang, threads or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
         *items_of_ledgers(ledgers),
         *w.peer_address_items(texts, outcome.attempt_dir),

@@ -101,6 +101,17 @@ def read_lingering(heartbeat_dir: Path | None) -> dict[int, str]:
     return found
 
 
+def thread_places(heartbeat_dir: Path | None) -> dict[int, str]:
+    """Where the one place its lingering non-daemon threads are, by rank (read_lingering's
+    ranks whose threads are all at one line)."""
+    found = {}
+    for rank, record in exit_file.read_all(heartbeat_dir).items():
+        places = {where for _, where in _leave(record).threads}
+        if len(places) == 1 and (place := places.pop()) is not None:
+            found[rank] = place
+    return found
+
+
 def left_collectives(leave: Leave | None) -> str | None:
     """`left the collectives after #3 (destroy_process_group)` for a rank that destroyed its
     default group (the count when it is known); None when it never did."""

@@ -68,10 +68,11 @@ def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
             f" ({shorten(why, 240)})" if why else ""
         )
         if not any(e.collective for e in inside):
+            waits = (c for r in cycle if r in ledgers for c in ledgers[r].calls if c.blocked)
             items.append(
                 Item(
                     source=Source.WAIT_FOR, tier=Tier.CONTENT, ranks=cycle, says=says,
-                    klass=COMMUNICATION,
+                    location=one(c.where or None for c in waits), klass=COMMUNICATION,
                 )
             )  # fmt: skip
             continue

@@ -151,11 +151,13 @@ def flight_items(forensics: Forensics | None, waiting: Iterable[int] = ()) -> li
     return items
 
 
-def hang_items(hang: HangAnalysis | None) -> list[Item]:
-    """The hang's odd ones out, from where every rank's stack was."""
+def hang_items(hang: HangAnalysis | None, threads: Mapping[int, str] | None = None) -> list[Item]:
+    """The hang's odd ones out, from where every rank's stack was; a rank whose script
+    ended is placed where its lingering thread is (`threads`: leaving.thread_places)."""
     if hang is None or not hang.culprits:
         return []
-    place = next(
+    ended = all(any(r in g.ranks and g.ended for g in hang.groups) for r in hang.culprits)
+    place = (one((threads or {}).get(r) for r in hang.culprits) if ended else None) or next(
         (g.location for g in hang.groups if set(g.ranks) <= set(hang.culprits) and g.location),
         None,
     )
@@ -256,7 +258,9 @@ def _detail_items(calls: Mapping[int, str]) -> list[Item]:
     ]
 
 
-def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list[Item]:
+def survivor_items(
+    survivors: Sequence[Whereabouts], first: Item | None, threads: Mapping[int, str] | None = None
+) -> list[Item]:
     """Where the other ranks were when the first one failed (taken before the teardown):
     a rank not in the collective the others wait in is the one they waited for.
 
@@ -282,7 +286,11 @@ def survivor_items(survivors: Sequence[Whereabouts], first: Item | None) -> list
             tier=Tier.BEHIND,
             ranks=ranks,
             says=f"when the first rank failed, {what}, not in the collective the others waited in",
-            location=one(g.location for g in elsewhere),
+            location=one(
+                (threads or {}).get(r) if g.ended else g.location
+                for g in elsewhere
+                for r in g.ranks
+            ),
         )
     ]
 
