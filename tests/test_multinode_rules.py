@@ -528,3 +528,18 @@ def test_a_node_summary_is_its_report_json_projected(tmp_path, stopped_by_peer: 
     else:
         assert summary.root_rank == 3 and written["diagnosis"]["root_cause_rank"] == 3
         assert sent["ending"].startswith("rank 3 exited with code 1") and not sent["consequence"]
+
+
+def test_a_nodes_ambiguous_evidence_stays_ambiguous_across_the_store() -> None:
+    """ "One of these ranks" shipped to the other nodes still names nobody there."""
+    import json
+
+    from safelaunch.diagnose.arbiter import Item, Source, Tier, decide
+    from safelaunch.diagnose.jobwide import pack, unpack
+
+    tie = Item(source=Source.CALL_LEDGER, tier=Tier.BEHIND, ranks=(2, 3), says="differ",
+               ambiguous=True)  # fmt: skip
+    first = Item(source=Source.FIRST_FAILURE, tier=Tier.FIRST_FAILURE, ranks=(3,), says="f")
+    shipped = unpack(1, "h1", json.loads(json.dumps(pack([], decide([tie, first])))))
+    assert shipped is not None and [i.ambiguous for i in shipped.items] == [True, False]
+    assert decide(shipped.items).culprits == ()

@@ -23,7 +23,7 @@ oldest lines (the cap), positions are the counts in the group alone.
 - Where the members made the same call from different lines (legitimate: `if rank == 0:
   broadcast(a) else: broadcast(b)`), only a departure from its own loop makes a member
   odd; else a strict minority of lines is kept as a weak `site` finding, used only to say
-  who broke the order in a cross-group deadlock (witnesses.py), and the walk goes on.
+  who broke the order in a cross-group deadlock (ledger_items.py), and the walk goes on.
 
 A member that has not made the call at a count but is blocked in another call is held
 up there (the wait-for graph says by whom), not odd: it takes no part in the vote.

@@ -105,6 +105,7 @@ def pack(ranks: Sequence[RankPlace], verdict: Verdict | None) -> dict[str, Any]:
                 "says": _cut(i.says),
                 "location": _cut(i.location),
                 "class": i.klass,
+                "ambiguous": i.ambiguous,
             }
             for i in items[:ITEMS]
             if i is not None
@@ -163,6 +164,7 @@ def unpack(node: int, host: str, data: object) -> NodeEvidence | None:
                     says=_str(i.get("says")) or "",
                     location=_str(i.get("location")),
                     klass=_word(i.get("class"), FailureClass),
+                    ambiguous=i.get("ambiguous") is True,
                 )
             )
     except (KeyError, TypeError, ValueError, AttributeError):
