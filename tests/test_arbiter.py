@@ -197,3 +197,24 @@ def test_the_culprit_is_named_though_a_peer_failed_first(
         assert any(d["ranks"] == [first] for d in diagnosis["disagreeing"]), diagnosis
         assert f"blames rank {first} instead" in run.stderr
     assert run.returncode != 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_stack_snapshot_does_not_pick_one_of_ranks_the_ledgers_found_tied(seed: int) -> None:
+    """Ledgers that found two ranks tied ("one of these") at a tier outrank a stack
+    snapshot of that tier naming one of them (a DDP rank in backward looked "not in a
+    collective"), not a source that knows more, nor one naming another rank."""
+    rng = random.Random(seed)
+    world = rng.randint(2, 8)
+    tied = tuple(sorted(rng.sample(range(world), 2)))
+    tier = rng.choice([Tier.CONTENT, Tier.BEHIND])
+    tie = Item(source=Source.CALL_LEDGER, tier=tier, ranks=tied, says="t", ambiguous=True)
+    one = (rng.choice(tied),)
+    stacks = Item(source=Source.STACKS, tier=tier, ranks=one, says="s")
+    assert decide([tie, stacks]).culprits == ()
+    flight = Item(source=Source.FLIGHT_RECORD, tier=tier, ranks=one, says="f")
+    assert decide([tie, flight]).culprits == one
+    others = [r for r in range(world) if r not in tied]
+    if others:
+        elsewhere = Item(source=Source.STACKS, tier=tier, ranks=(others[0],), says="e")
+        assert decide([tie, elsewhere]).culprits == (others[0],)

@@ -237,3 +237,22 @@ def test_a_cross_group_deadlock_names_the_rank_that_broke_the_order() -> None:
     assert verdict.culprits == (2,), verdict
     said = [i.says for i in (verdict.decided_by, *verdict.agreeing) if i is not None]
     assert any(s.startswith("cross-group deadlock: ranks 0,2 wait") for s in said), said
+
+
+@pytest.mark.parametrize("culprit", [0, 1])
+def test_a_call_skipped_at_the_very_start_is_told_by_how_the_other_ranks_started(
+    culprit: int,
+) -> None:
+    """Step 0, no history at all: the other pair's ledgers say the program starts with the
+    pair's call, so the member that started with the world's call departs."""
+    groups = {"0": (0, 1, 2, 3), "1": (0, 1), "2": (2, 3)}
+
+    def step(rank: int) -> list[tuple[str, str, str]]:
+        return [("1" if rank < 2 else "2", "float32[8]", "t.py:20"), ("0", "float32[2]", "t.py:21")]
+
+    programs = {r: step(r) for r in (2, 3)}  # done with their pair, in the world's
+    programs[culprit] = [step(culprit)[1]]  # skipped the pair's call
+    programs[1 - culprit] = [step(1 - culprit)[0]]  # waits for it in the pair's
+    [divergence] = compare_ledgers(_ranks(programs, groups)).divergences
+    assert [m.rank for m in divergence.odd] == [culprit]
+    assert decide(items_of_ledgers(_ranks(programs, groups))).culprits == (culprit,)

@@ -9,7 +9,8 @@ is worse than none). Items of weaker tiers that blame other ranks are kept as
 `disagreeing`, shown as such, never as a second verdict. An `ambiguous` item says "one
 of these ranks, nothing says which" (two ranks that called different sizes at the same
 call): it names nobody, but where it is the strongest evidence it keeps the weaker tiers
-(the first to fail in time) from naming one of them.
+(the first to fail in time) from naming one of them, and so does it for an item of its
+own tier from a source that knows less (Source's order) that only picks one of them.
 
 The tiers, strongest first, and why:
 - CONTENT: what a rank did differs from what the others did at the same call (another
@@ -111,7 +112,7 @@ def decide(items: Sequence[Item]) -> Verdict:
         return NO_VERDICT
     tier = blaming[0].tier
     level = [i for i in blaming if i.tier == tier]
-    top = [i for i in level if not i.ambiguous]
+    top = [i for i in level if not i.ambiguous and not _picks_one(i, level)]
     if not top:  # only "one of these": no culprit, and no weaker tier picks one of them
         return Verdict(culprits=(), decided_by=None, agreeing=(), disagreeing=tuple(blaming))
     shared = set(top[0].ranks).intersection(*(i.ranks for i in top[1:]))
@@ -125,6 +126,18 @@ def decide(items: Sequence[Item]) -> Verdict:
     disagreeing = tuple(i for i in blaming if not set(i.ranks) & shared)
     return Verdict(
         culprits=culprits, decided_by=decided, agreeing=agreeing, disagreeing=disagreeing
+    )
+
+
+def _picks_one(item: Item, level: Sequence[Item]) -> bool:
+    """The item only picks one of an ambiguous item's ranks, from a source that knows less
+    (a hang's stack snapshot against the call ledgers that found them tied)."""
+    sources = tuple(Source)
+    return any(
+        a.ambiguous
+        and set(item.ranks) <= set(a.ranks)
+        and sources.index(item.source) > sources.index(a.source)
+        for a in level
     )
 
 

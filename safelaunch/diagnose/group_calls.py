@@ -314,6 +314,9 @@ def _step(call: Call) -> Signature:
     return (*call.signature(), call.where)
 
 
+START: Signature = ("", "", "start")  # before a rank's first call at these lines
+
+
 def _program(ledgers: Mapping[int, CallLedger], members: Sequence[int], sites: set[str]) -> Program:
     moves: set[tuple[Signature, Signature]] = set()
     made: set[Signature] = set()
@@ -323,7 +326,7 @@ def _program(ledgers: Mapping[int, CallLedger], members: Sequence[int], sites: s
         steps = [
             _step(c) for c in ledger.calls if c.kind == CallKind.COLLECTIVE and c.where in sites
         ]
-        moves.update(pairwise(steps))
+        moves.update(pairwise([START, *steps]) if not ledger.truncated else pairwise(steps))
         made.update(steps)
     return Program(moves=frozenset(moves), calls=frozenset(made))
 
@@ -332,23 +335,28 @@ def _by_moves(
     member: int, count: int, calls: Mapping[int, Mapping[int, Call]], program: Program
 ) -> tuple[bool, str] | None:
     """Before two whole periods: (departs, why) from the moves the program made (the other
-    ranks', and this member's before `count`), or None where they cannot say. A move made
-    before keeps to the loop; a call no rank ever made, or a move none made once two
-    calls are known, departs. A call made before is no evidence by itself (a skipped call
-    goes on to a known one)."""
+    ranks', and this member's before `count`; from the start too), or None where they
+    cannot say. A move made before keeps to the loop; a call no rank ever made departs; so
+    does a move where, from the same call, the program only ever went elsewhere. A call
+    made before is no evidence by itself (a skipped call goes on to a known one), nor is
+    a move from a call the program never left yet (the first step's end)."""
     mine = calls[member]
-    steps = [_step(c) for k in range(min(mine, default=count), count) if (c := mine.get(k))]
+    first = min(mine, default=count)
+    steps = [_step(c) for k in range(first, count) if (c := mine.get(k))]
     here = mine.get(count)
     if here is None:  # no call where its loop went on, and blocked in none
         return (True, f"rank {member} made no call after {len(steps)}") if steps else None
-    move = (steps[-1], _step(here)) if steps else None
-    if move is not None and move in program.moves | set(pairwise(steps)):
+    start = [START] if first == 1 else []
+    before = [*start, *steps]
+    moves = program.moves | set(pairwise(before))
+    move = (before[-1], _step(here)) if before else None
+    if move is not None and move in moves:
         return False, ""
     others = {_step(c) for m, cs in calls.items() if m != member for c in cs.values()}
     if _step(here) not in program.calls | others | set(steps):
         return True, f"rank {member} called what no rank called before"
-    if len(steps) >= 2:
-        return True, f"rank {member} went from its previous call to one no rank went to"
+    if move is not None and any(done[0] == move[0] for done in moves):
+        return True, f"rank {member} went where, from its previous call, no rank went"
     return None
 
 
