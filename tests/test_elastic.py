@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_orphans, start, worker
+from conftest import LONG, assert_no_orphans, start, worker
 
 pytestmark = pytest.mark.slow
 JOB = worker("elastic.py")
@@ -137,5 +137,44 @@ def test_a_node_that_starts_late_is_admitted_at_the_next_round(tmp_path: Path) -
         # every node names the same node: the late one, as this round numbers it
         assert change["joined"] == [f"node {late[1]} ({last['job']['hosts'][int(late[1])]})"]
     assert not (tmp_path / "node2" / "logs" / "latest" / "attempt_0").exists()
+    for _, mark in started:
+        assert_no_orphans(mark, within=5.0)
+
+
+@pytest.mark.timeout(300)
+@LONG  # ~60 s: each half is in CI above (a lost node; a node that starts late)
+def test_down_to_min_and_back_up_in_one_job(tmp_path: Path) -> None:
+    """3 nodes; one killed: 2 go on (a restart); a fresh one starts: 3 finish (not one)."""
+    port = random.randint(20000, 45000)
+    started = [_node(tmp_path, port, n, finish="1:3") for n in range(3)]
+    procs = [proc for proc, _ in started]
+    _wait_ready(tmp_path, 3, procs)
+    os.killpg(procs[2].pid, signal.SIGKILL)
+    _, victim_err = procs[2].communicate(timeout=30)
+    gone = re.search(r"node (\d) of 3", victim_err)
+    assert gone is not None, victim_err
+    _wait_ready(tmp_path, 2, procs[:2], group="1-2")
+    began = time.monotonic()
+    started.append(_node(tmp_path, port, 3, finish="1:3"))
+    running = [started[0], started[1], started[3]]
+    results = [proc.communicate(timeout=120) for proc, _ in running]
+    print(f"all done {time.monotonic() - began:.1f} s after the fresh node started")
+    fresh = re.search(r"node (\d) of 3 \(", results[2][1])
+    assert fresh is not None, results[2][1]
+    for (out, err), (proc, _) in zip(results, running, strict=True):
+        assert proc.returncode == 0, err
+        assert re.search(r"attempt 1: rank \d of 3 trained 3 steps", out), out
+        assert "joined: 2 -> 3 node(s); not counted as a restart (torchrun's rule), 1 of 3" in err
+    for launcher in (0, 1):
+        assert f"attempt 1: node {gone[1]} (" in results[launcher][1]
+        assert "left: 3 -> 2 node(s); a restart, 1 of 3 used" in results[launcher][1]
+        assert _report(tmp_path, launcher, 1)["status"] == "rescaled"
+        lost, joined = _report(tmp_path, launcher, 2)["membership"]
+        assert (lost["attempt"], lost["cause"], lost["left_in_attempt"]) == (1, "lost", 0)
+        assert lost["left"][0].startswith(f"node {gone[1]} (") and lost["restart_count"] == 1
+        assert (joined["attempt"], joined["cause"], joined["restart_count"]) == (2, "waiting", 1)
+        assert joined["joined"][0].startswith(f"node {fresh[1]} (") and joined["nodes"] == 3
+    (seen,) = _report(tmp_path, 3, 2)["membership"]  # the fresh node: the same change
+    assert seen == _report(tmp_path, 0, 2)["membership"][1]
     for _, mark in started:
         assert_no_orphans(mark, within=5.0)
