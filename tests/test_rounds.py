@@ -198,3 +198,10 @@ def test_a_store_that_fails_the_look_is_left_to_the_node_watch() -> None:
     watch = AdmitWatch(membership, 0, every=1.0, clock=clock)
     clock.now += 2
     assert watch.poll() is None
+
+
+def test_an_attempt_stopped_to_admit_nodes_is_a_running_job_to_prometheus() -> None:
+    from safelaunch.metrics_export import _job_state
+
+    assert _job_state(None, {"status": "rescaled", "job": {"status": "rescaled"}}) == "running"
+    assert _job_state(None, {"status": "failed", "job": {"status": "failed"}}) == "failed"
