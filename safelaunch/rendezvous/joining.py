@@ -6,6 +6,7 @@ after a node was lost or to admit one that waits: the same steps over the new ro
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,6 +67,13 @@ def rejoin(
     round's; `membership.round` says who left and who joined.
     """
     mine = {**facts, **my_record(attempt, restart_count, membership.round)}
+    # Into torch's next round together: it closes last_call_timeout after its MIN-th node,
+    # and the nodes end the verdict seconds apart on a busy machine; one that came late
+    # would wait for the round after (another stop to admit it). A lost node is not
+    # waited for (its liveness counter stopped).
+    timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
+    with contextlib.suppress(Exception):  # the store's host gone: torch's join says so
+        membership.barrier(f"attempt/{attempt}/rejoin", timeout)
     joined, store = membership.next_round()
     membership.take(_placed(config, joined, store, nproc, mine, host))
 
