@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,16 +66,25 @@ def point_latest(log_dir: Path, run_id: str) -> None:
 
 
 def banner(
-    config: LaunchConfig, preflight: PreflightReport, plan: LaunchPlan, logs_ok: bool = True
+    config: LaunchConfig,
+    preflight: PreflightReport,
+    plan: LaunchPlan,
+    logs_ok: bool = True,
+    first: int = 0,
 ) -> str:
     """What is about to run, and every variable safelaunch chose for the ranks.
 
     Without logs (`logs_ok` False, said in a warning just before) no log path is named.
+    `first`: this node's first attempt (a node joining an elastic job late: the job's).
     """
     where = shown_path(plan.attempt_dir)
-    if plan.attempt:
+    if plan.attempt != first:
         logs = f"logs in {where}" if logs_ok else "no logs"
-        return f"restart {plan.attempt} of {config.max_restarts}: {logs}"
+        count = int(plan.workers[0].env["TORCHELASTIC_RESTART_COUNT"])
+        if count == plan.attempt:
+            return f"restart {plan.attempt} of {config.max_restarts}: {logs}"
+        # elastic: an attempt that admitted nodes is not a restart (torchrun's count)
+        return f"attempt {plan.attempt} ({count} of {config.max_restarts} restarts used): {logs}"
     first, last = plan.workers[0].rank, plan.workers[-1].rank
     env = plan.workers[0].env
     lines = [
@@ -254,10 +264,30 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
     failures: list[AttemptFacts] | None = [] if membership is None else None
     changes: list[dict[str, Any]] = []  # elastic: each new round of the rendezvous
     lost: tuple[int, ...] = ()  # the nodes the last attempt lost
-    for attempt in range(config.max_restarts + 1):
+    elastic = membership is not None and multinode.elastic(config)
+    # An elastic job's attempts are not all restarts: a round that admits waiting nodes
+    # starts one without counting it (TORCHELASTIC_RESTART_COUNT), as torchrun's agent.
+    # A node that joins late takes the job's attempt and count from its round.
+    attempt, restarts = 0, 0
+    if elastic and membership is not None and membership.round is not None:
+        attempt, restarts = membership.round.attempt, membership.round.restart_count
+        _changed(changes, multinode.round_change(config, console, membership))
+    first = attempt
+    again: bool | None = None  # the nodes meet again before this attempt: admitting if True
+    while True:
         late = receiver.take() if attempt else []
-        if membership is not None and attempt and not late and multinode.elastic(config):
-            changes.append(multinode.rejoin(config, preflight, console, membership, attempt, lost))
+        if membership is not None and elastic and again is not None and not late:
+            multinode.rejoin(
+                config,
+                preflight,
+                console,
+                membership,
+                attempt=attempt,
+                restart_count=restarts,
+                lost=lost,
+                admitting=again,
+            )
+            _changed(changes, multinode.round_change(config, console, membership))
         if membership is not None:  # every node starts the attempt, or none does
             stopping, missing = membership.start_attempt(attempt, not late, multinode.START_TIMEOUT)
             if stopping or missing:
@@ -273,19 +303,22 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
                 notifier.ended_between_attempts(said, "interrupted")
             return exitcodes.for_signal(late[0])
         placement = (
-            membership.placement_for(attempt, multinode.START_TIMEOUT)
+            replace(
+                membership.placement_for(attempt, multinode.START_TIMEOUT),
+                restart_count=restarts,
+            )
             if membership is not None
             else None
         )
         plan = build_plan(config, preflight, session.identity, attempt, placement=placement)
         logs_ok = open_attempt_logs(plan, console)
-        console.say(banner(config, preflight, plan, logs_ok))
-        if attempt == 0 and preflight.warnings:
+        console.say(banner(config, preflight, plan, logs_ok, first))
+        if attempt == first and preflight.warnings:
             console.say("\n".join(preflight.warnings), Level.WARNING)
-        if attempt == 0 and any(f.severity != Severity.HINT for f in preflight.lint):
+        if attempt == first and any(f.severity != Severity.HINT for f in preflight.lint):
             console.say(lint_banner(config.training_script, preflight.lint), Level.WARNING)
         try:
-            peers = membership.watch(attempt) if membership is not None else None
+            peers = multinode.watch(config, membership, attempt) if membership else None
             concluded = run_attempt(
                 session, plan, logs_ok=logs_ok, peers=peers, history=history, failures=failures
             )
@@ -305,12 +338,16 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
                 )
                 retry, code, lost = multinode.goes_on(config, job), job.code, job.lost
                 status = str(job.status)
+                if multinode.rescaled(job):  # admit the waiting nodes: not a restart
+                    _told(notifier, plan, concluded, status, code, True)
+                    attempt, again = attempt + 1, True
+                    continue
                 closing = f"exit code {job.code} on every node" if job.lines else None
             else:
                 retry, code = concluded.outcome.retryable, concluded.code
                 status = str(concluded.outcome.status)
             restart = concluded.restart
-            last = attempt == config.max_restarts or (restart is not None and not restart.restart)
+            last = restarts == config.max_restarts or (restart is not None and not restart.restart)
             _told(notifier, plan, concluded, status, code, retry and not last)
             if retry and not last and closing is not None:
                 console.say(closing)  # a restart follows: this attempt's code, in its log
@@ -327,7 +364,12 @@ def _attempts(session: Session, notifier: Notifier | None = None) -> int:
             if closing is not None:  # the last line printed, after any rerun
                 _say_in_attempt_log(console, plan, closing)
             return code
-    raise AssertionError("unreachable: the last attempt always returns")
+        attempt, restarts, again = attempt + 1, restarts + 1, False
+
+
+def _changed(changes: list[dict[str, Any]], change: dict[str, Any] | None) -> None:
+    if change is not None:
+        changes.append(change)
 
 
 MULTINODE_NO_RERUN = (

@@ -174,6 +174,8 @@ def _job_state(snapshot: dict[str, Any] | None, report: dict[str, Any] | None) -
     if report is not None:
         job = report.get("job")
         status = job.get("status") if isinstance(job, dict) else report.get("status")
+        if status == "rescaled":  # elastic: stopped to admit nodes; the next attempt follows
+            return "running"
         return str(status) if status in JOB_STATES else "failed"
     return "running" if snapshot is not None else "starting"
 

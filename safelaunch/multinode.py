@@ -20,6 +20,7 @@ from safelaunch.preflight import PreflightReport
 from safelaunch.rundir import report_file
 from safelaunch.slurm import node_name
 from safelaunch.supervisor import SignalReceiver
+from safelaunch.supervisor.attempt_record import PeerWatch
 
 if TYPE_CHECKING:  # imported where used: a single-node launch needs none of them, and
     # the launch loads diagnosis and the report only once its ranks run (attempt.JUDGING)
@@ -85,32 +86,66 @@ def rejoin(
     preflight: PreflightReport,
     console: Console,
     membership: Membership,
+    *,
     attempt: int,
+    restart_count: int,
     lost: Sequence[int],
-) -> dict[str, Any]:
-    """The next round of an elastic rendezvous before `attempt`: said, and recorded.
-
-    Returns the change for report.json's `membership`: which nodes left at which attempt,
-    how many nodes the new round has.
-    """
+    admitting: bool,
+) -> None:
+    """The next round of an elastic rendezvous before `attempt`, said before it starts
+    (it may wait for nodes); round_change says what it changed."""
     from safelaunch.rendezvous.joining import rejoin as rejoin_nodes
 
     left = [membership.describe(n) for n in lost]
-    before = membership.placement.nodes
     low, high = config.nnodes
-    without = f" without {', '.join(left)} (lost in attempt {attempt - 1})" if left else ""
-    console.say(f"elastic: rendezvous again for attempt {attempt}{without}: {low}-{high} node(s)")
+    if left:
+        why = f" without {', '.join(left)} (lost in attempt {attempt - 1})"
+    elif admitting:
+        why = " to admit the node(s) waiting to join"
+    else:
+        why = ""
+    console.say(f"elastic: rendezvous again for attempt {attempt}{why}: {low}-{high} node(s)")
     host = _host(config)
-    rejoin_nodes(membership, config, preflight.nproc, preflight.node_facts, host)
+    rejoin_nodes(
+        membership,
+        config,
+        preflight.nproc,
+        preflight.node_facts,
+        host,
+        attempt=attempt,
+        restart_count=restart_count,
+    )
     _say_placed(console, membership, host, preflight.nproc)
-    return {
-        "attempt": attempt,
-        "left": left,
-        "left_in_attempt": attempt - 1 if left else None,
-        "nodes_before": before,
-        "nodes": membership.placement.nodes,
-        "hosts": list(membership.placement.hosts),
-    }
+
+
+def round_change(
+    config: LaunchConfig, console: Console, membership: Membership
+) -> dict[str, Any] | None:
+    """What this node's round changed (who left, who joined, the count), said in one
+    line; the record for report.json's `membership`. None for the job's first round."""
+    from safelaunch.rendezvous.rounds import change_line, change_record
+
+    change = membership.round
+    if change is None or change.first:
+        return None
+    console.say(change_line(change, config.max_restarts))
+    return change_record(change)
+
+
+def watch(config: LaunchConfig, membership: Membership, attempt: int) -> PeerWatch:
+    """What the supervisor polls: the other nodes and, an elastic job with fewer nodes
+    than its maximum, the nodes waiting to join (rendezvous/admission.py)."""
+    from safelaunch.rendezvous import admission
+
+    room = elastic(config) and membership.placement.nodes < config.nnodes[1]
+    return admission.watch(membership, attempt, room)
+
+
+def rescaled(job: JobVerdict) -> bool:
+    """The attempt stopped to admit waiting nodes: the job goes on, no restart counted."""
+    from safelaunch.outcome import AttemptStatus
+
+    return job.status is AttemptStatus.RESCALED
 
 
 def conclude(

@@ -37,6 +37,8 @@ class AttemptStatus(StrEnum):
     # an isolation rerun stopped by its time box: past the job's failure point, or at its cap
     PASSED = "passed"
     TIMEBOXED = "timeboxed"
+    # elastic: stopped to admit nodes that wait to join (not a failure, not a restart)
+    RESCALED = "rescaled"
 
 
 class RankEnding(StrEnum):
@@ -180,6 +182,10 @@ def _peer_interrupt(event: NodeStop | None) -> int | None:
     return event.code
 
 
+def _rescaling(event: NodeStop | None) -> bool:
+    return event is not None and event.kind is StopKind.NODES_JOINING
+
+
 def outcome_of(record: AttemptRecord) -> Outcome:
     """Judge every rank and pick the root cause."""
     sent = STOP_SIGNALS | ({record.interrupt_signal} if record.interrupt_signal else set())
@@ -197,6 +203,8 @@ def outcome_of(record: AttemptRecord) -> Outcome:
     elif cause in (TeardownCause.PASSED, TeardownCause.TIMEBOX) and first is None:
         status = AttemptStatus.PASSED if cause is TeardownCause.PASSED else AttemptStatus.TIMEBOXED
         code = exitcodes.SUCCESS
+    elif cause is TeardownCause.PEER and _rescaling(record.peer_event):
+        status, code = AttemptStatus.RESCALED, exitcodes.SUCCESS
     elif first is not None:
         status, code = AttemptStatus.FAILED, first.shell_code
     elif cause is TeardownCause.PEER and (signum := _peer_interrupt(record.peer_event)):

@@ -221,7 +221,9 @@ def rank_env(
             "ROLE_WORLD_SIZE": str(placement.world_size),
             "MASTER_ADDR": placement.master_addr,
             "MASTER_PORT": str(placement.master_port),
-            "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_RESTART_COUNT": str(
+                attempt if placement.restart_count is None else placement.restart_count
+            ),
             "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
             "TORCHELASTIC_RUN_ID": placement.run_id,
             # One node: the launcher never imports torch, so it hosts no TCPStore and

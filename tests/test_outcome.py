@@ -101,6 +101,7 @@ def test_interrupt_exit_code_is_128_plus_signal() -> None:
         (stops.interrupted(1, 0, 15), "interrupted", 143),
         (stops.interrupted(1, 0, 2), "interrupted", 130),
         (stops.rank_failed(1, 0, 3, 1), "failed", 1),
+        (stops.nodes_joining(1, 0, 1), "rescaled", 0),  # elastic: not a failure
     ],
 )
 def test_a_node_stopped_by_a_peer_takes_the_peers_reason(
@@ -162,7 +163,7 @@ def test_traceback_parsing_points_at_user_code_and_strips_rank_markers() -> None
 def test_statuses_and_classes_are_closed_vocabularies_written_as_before() -> None:
     """str Enums: report.json keeps the plain strings; a name read back is the member."""
     assert tuple(AttemptStatus) == (
-        "succeeded", "failed", "hung", "interrupted", "passed", "timeboxed",
+        "succeeded", "failed", "hung", "interrupted", "passed", "timeboxed", "rescaled",
     )  # fmt: skip
     assert tuple(RankEnding) == ("succeeded", "failed", "stopped", "not started")
     assert attempt_status("hung") is AttemptStatus.HUNG

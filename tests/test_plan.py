@@ -13,6 +13,7 @@ from safelaunch.plan import TOKEN_VAR, RunIdentity, build_plan
 from safelaunch.preflight import PreflightReport
 from safelaunch.preflight.ports import PortReservation
 from safelaunch.rank.names import BOOTSTRAP_CODE as CODE
+from safelaunch.rendezvous import Placement
 
 TORCHRUN_VARS = {
     "RANK",
@@ -37,7 +38,9 @@ TORCHRUN_VARS = {
 }
 
 
-def _plan(nproc: int = 2, attempt: int = 0, **overrides: object):
+def _plan(
+    nproc: int = 2, attempt: int = 0, placement: Placement | None = None, **overrides: object
+):
     environ = overrides.pop("environ", {"PATH": "/bin"})
     config = LaunchConfig(
         training_script="train.py",
@@ -54,7 +57,7 @@ def _plan(nproc: int = 2, attempt: int = 0, **overrides: object):
     run = RunIdentity(
         run_id="r1", run_dir=Path("/logs/r1"), token="t0k", private_dir=Path("/p"), launcher_pid=1
     )
-    return build_plan(config, report, run, attempt)
+    return build_plan(config, report, run, attempt, placement=placement)
 
 
 def test_every_torchrun_variable_per_rank() -> None:
@@ -79,6 +82,19 @@ def test_every_torchrun_variable_per_rank() -> None:
         assert env["SAFELAUNCH_HEARTBEAT_DIR"] == "/p/attempt_2"
         assert env["SAFELAUNCH_STACKS_FILE"] == f"/p/attempt_2/rank{local_rank}.stacks"
         assert worker.log_path == Path(f"/logs/r1/attempt_2/rank{local_rank}.log")
+
+
+def test_an_elastic_attempt_that_admitted_nodes_keeps_torchruns_restart_count() -> None:
+    """Attempt 3 after one restart and one admission: the workers see 1, in attempt_3."""
+    place = Placement(
+        node=1, nodes=3, base_rank=2, world_size=6, master_addr="m", master_port=7,
+        run_id="none", hosts=("a", "b", "c"), nprocs=(2, 2, 2), restart_count=1,
+    )  # fmt: skip
+    plan = _plan(nproc=2, attempt=3, placement=place, max_restarts=3)
+    env = plan.workers[1].env
+    assert (env["TORCHELASTIC_RESTART_COUNT"], env["RANK"], env["GROUP_RANK"]) == ("1", "3", "1")
+    assert (env["WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == ("6", "3")
+    assert env["TORCHELASTIC_ERROR_FILE"] == "/logs/r1/attempt_3/rank3.error.json"
 
 
 def test_environment_is_frozen() -> None:

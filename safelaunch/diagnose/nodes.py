@@ -23,7 +23,7 @@ from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import after_cause, first_cause
 from safelaunch.diagnose.signatures import CONSEQUENCES
 from safelaunch.outcome import AttemptStatus, Outcome, attempt_status
-from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.rendezvous.stops import NodeStop, StopKind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +186,10 @@ def by_nodes(
 ) -> JobVerdict:
     """The job's status, exit code and root cause from every node's summary."""
     lost = tuple(node for node, s in enumerate(summaries) if s is None)
+    if not lost and first_stop is not None and first_stop.kind is StopKind.NODES_JOINING:
+        # stopped first to admit waiting nodes: what ended after it (a peer's ranks gone
+        # a moment earlier) is that stop's consequence, and the job goes on at once
+        return JobVerdict(status=AttemptStatus.RESCALED, code=exitcodes.SUCCESS, lines=(), lost=())
     present = [s for s in summaries if s is not None]
     lines = [
         f"node {node} ({hosts[node] if node < len(hosts) else '?'}) was lost: its launcher "

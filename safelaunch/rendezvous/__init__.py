@@ -28,6 +28,9 @@ class Placement:
     run_id: str  # TORCHELASTIC_RUN_ID
     hosts: tuple[str, ...]  # per node
     nprocs: tuple[int, ...]  # per node
+    # TORCHELASTIC_RESTART_COUNT when it is not the attempt's number: an elastic job's
+    # membership changes start attempts that are not restarts (torchrun's count)
+    restart_count: int | None = None
 
 
 def assign(node: int, nprocs: Sequence[int]) -> tuple[int, int]:

@@ -6,6 +6,7 @@ after a node was lost or to admit one that waits: the same steps over the new ro
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement, assign, fact_mismatches
 from safelaunch.rendezvous.membership import Joined, KeyValue, Membership
+from safelaunch.rendezvous.rounds import my_record, round_of
 
 
 def join(
@@ -42,7 +44,9 @@ def join(
     finally:
         if probe is not None:
             probe.stop()
-    return _placed(config, joined, store, nproc, facts, host)
+    # A node that starts late joins an elastic job's later round: it learns the job's
+    # attempt and restart count there (rounds.py), and brings none of its own.
+    return _placed(config, joined, store, nproc, {**facts, **my_record(0, 0, None)}, host)
 
 
 def rejoin(
@@ -51,15 +55,27 @@ def rejoin(
     nproc: int,
     facts: Mapping[str, Any],
     host: str,
+    *,
+    attempt: int,
+    restart_count: int,
 ) -> None:
     """The next round of an elastic job's rendezvous, taken over by `membership`.
 
-    Every node that remains calls it, after the same verdict (diagnose/nodes.py); a node
-    that started late waits in torch's rendezvous and joins the same round. The node
-    ranks, world size and the workers' store are the new round's.
+    Every node that remains calls it before `attempt`, after the same verdict
+    (diagnose/nodes.py); a node that started late waits in torch's rendezvous and joins
+    the same round. The node ranks, world size and the workers' store are the new
+    round's; `membership.round` says who left and who joined.
     """
+    mine = {**facts, **my_record(attempt, restart_count, membership.round)}
+    # Into torch's next round together: it closes last_call_timeout after its MIN-th node,
+    # and the nodes end the verdict seconds apart on a busy machine; one that came late
+    # would wait for the round after (another stop to admit it). A lost node is not
+    # waited for (its liveness counter stopped).
+    timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
+    with contextlib.suppress(Exception):  # the store's host gone: torch's join says so
+        membership.barrier(f"attempt/{attempt}/rejoin", timeout)
     joined, store = membership.next_round()
-    membership.take(_placed(config, joined, store, nproc, facts, host))
+    membership.take(_placed(config, joined, store, nproc, mine, host))
 
 
 def _placed(
@@ -92,7 +108,14 @@ def _placed(
     )
     timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
     mine = json.dumps({"host": host, "nproc": nproc, **facts})
-    found = membership.gather("node", mine, timeout)
+    try:
+        found = membership.gather("node", mine, timeout)
+    except Exception as exc:  # the store's host ended (an elastic round: its own error)
+        raise RendezvousError(
+            f"lost contact with the rendezvous store in the round's exchange "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+            "see the console of the node that hosts the store (--rdzv-endpoint)",
+        ) from None
     missing = [node for node, value in enumerate(found) if value is None]
     if missing:
         raise RendezvousError(
@@ -114,6 +137,7 @@ def _placed(
         hosts=tuple(str(node["host"]) for node in everyone),
         nprocs=nprocs,
     )
+    membership.round = round_of(everyone)
     problems = fact_mismatches(everyone)
     if problems:
         membership.leave(timeout=5)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement
+from safelaunch.rendezvous.rounds import Round
 from safelaunch.rendezvous.stops import NodeStop, StopKind, from_json
 from safelaunch.vocab import StrEnum
 
@@ -52,6 +53,8 @@ class Joined:
     shutdown: Callable[[], Any]
     # the next round of the same rendezvous: (joined, store), torchstore.TextStore's
     next_round: Callable[[], tuple[Joined, KeyValue]] | None = None
+    # c10d: how many nodes wait in torch's rendezvous for the next round (elastic scale-up)
+    waiting: Callable[[], int] | None = None
 
 
 class Waiting(Protocol):
@@ -81,6 +84,7 @@ class Membership:
         self._stop_beating = threading.Event()
         self._beater: threading.Thread | None = None
         self._workers_store: Any = None  # node 0: the TCPStore of the current attempt's ranks
+        self.round: Round | None = None  # who left and joined, the job's count (rounds.py)
 
     # --- liveness -------------------------------------------------------------
 
@@ -278,7 +282,12 @@ class Membership:
         self._workers_store = None
         self.placement, self._store, self._joined = fresh.placement, fresh._store, fresh._joined
         self.lost_after, self._beat_every, self._seen = fresh.lost_after, fresh._beat_every, {}
+        self.round = fresh.round
         self._stop_beating, self._beater = fresh._stop_beating, fresh._beater
+
+    def nodes_waiting(self) -> int:
+        """Nodes waiting in torch's rendezvous to join the next round (0 without c10d)."""
+        return self._joined.waiting() if self._joined.waiting is not None else 0
 
     def next_round(self) -> tuple[Joined, KeyValue]:
         """Torch's rendezvous again (elastic): the nodes that remain and those that wait."""

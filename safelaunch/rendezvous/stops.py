@@ -22,6 +22,9 @@ class StopKind(StrEnum):
     RANK_FAILED = "rank failed"
     INTERRUPTED = "interrupted"
     HANG = "hang"
+    # Elastic: nodes wait in torch's rendezvous to join; every node stops to admit them
+    # at the next round (rendezvous/admission.py). Not a failure.
+    NODES_JOINING = "nodes joining"
     # Found by this node itself, never announced: the other side is gone.
     NODES_LOST = "nodes lost"  # other nodes' launchers stopped beating
     STORE_LOST = "store lost"  # the rendezvous store stopped answering
@@ -80,6 +83,14 @@ def interrupted(node: int, attempt: int, signum: int) -> NodeStop:
 def hang(node: int, attempt: int, timeout: float) -> NodeStop:
     text = f"hang: no progress for {timeout:g} s"
     return NodeStop(kind=StopKind.HANG, node=node, attempt=attempt, text=text)
+
+
+def nodes_joining(node: int, attempt: int, waiting: int) -> NodeStop:
+    text = (
+        f"{waiting} node(s) wait to join the job: this attempt stops to admit them at the "
+        "next round (elastic, as torchrun)"
+    )
+    return NodeStop(kind=StopKind.NODES_JOINING, node=node, attempt=attempt, text=text)
 
 
 def from_json(text: str) -> NodeStop:

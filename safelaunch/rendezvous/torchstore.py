@@ -178,13 +178,35 @@ def _round(config: LaunchConfig, handler: Any, prefix_store: Any) -> tuple[Joine
     store_info = info.bootstrap_store_info
     if store_info is None:  # not from torch 2.13's c10d or static handlers
         raise RendezvousError("the rendezvous gave no store for the workers", "use c10d or static")
+    addr, port = _round_master(config, info.rank, info.store, store_info)
     ours = prefix_store(f"safelaunch/{config.rdzv_id or 'none'}", info.store)
     joined = Joined(
         node=info.rank,
         nodes=info.world_size,
-        master_addr=store_info.master_addr,
-        master_port=int(store_info.master_port),
+        master_addr=addr,
+        master_port=port,
         shutdown=handler.shutdown,
         next_round=lambda: _round(config, handler, prefix_store),
+        waiting=handler.num_nodes_waiting,
     )
     return joined, TextStore(ours)
+
+
+def _round_master(config: LaunchConfig, rank: int, store: Any, store_info: Any) -> tuple[str, int]:
+    """The round's master address and port, published by its node 0 for every node.
+
+    torch 2.13's c10d handler writes them to the round's keys only when it builds them
+    (a node's first round, or a new node 0): a node 0 that already was one keeps its
+    old values and writes nothing, so a node joining a later round waits for
+    MASTER_ADDR until read_timeout, and a node that was not node 0 keeps an old node 0's
+    address. Here node 0 publishes them for every round, and every node reads them.
+    """
+    if config.rdzv_backend != RdzvBackend.C10D:
+        return store_info.master_addr, int(store_info.master_port)
+    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+
+    if rank == 0:
+        store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, store_info.master_addr)
+        store.set(RendezvousStoreInfo.MASTER_PORT_KEY, str(store_info.master_port))
+    addr = bytes(store.get(RendezvousStoreInfo.MASTER_ADDR_KEY)).decode()
+    return addr, int(bytes(store.get(RendezvousStoreInfo.MASTER_PORT_KEY)).decode())
