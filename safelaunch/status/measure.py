@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 import psutil
 
-from safelaunch.preflight.inventory import read_inventory
+from safelaunch.gpu_inventory import read_inventory
 from safelaunch.status.model import Usage
 
 CPU_WINDOW = 0.25  # seconds over which CPU% is measured
