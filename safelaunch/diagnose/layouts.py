@@ -282,18 +282,19 @@ def split_combined(text: str, default_rank: int | None = None) -> LogSet:
     hosts: dict[int, str] = {}
     launcher: list[str] = []
     by_node: dict[int | None, list[str]] = {}  # launcher lines, by the node srun labels
-    owned, per_node = read_lines(text.splitlines(), _launchers_own)
-    for number, line in enumerate(owned):
-        if line.rank is None:
-            launcher.append(line.text)
-            by_node.setdefault(line.node, []).append(line.text)
-            if placed := _NODE_HOST.match(line.text):
+    owned, per_node = read_lines(text, _launchers_own)
+    for number, (rank, node, line) in enumerate(owned):
+        if rank is None:
+            launcher.append(line)
+            by_node.setdefault(node, []).append(line)
+            if placed := _NODE_HOST.match(line):
                 hosts[int(placed[1])] = placed[2]
             continue
-        lines.setdefault(line.rank, []).append(line.text)
-        first_seen.setdefault(line.rank, number)
-        if line.node is not None:
-            nodes.setdefault(line.rank, line.node)
+        if rank not in lines:
+            lines[rank], first_seen[rank] = [], number
+        lines[rank].append(line)
+        if node is not None:
+            nodes.setdefault(rank, node)
     joined = "\n".join(launcher)
     root = _TORCHRUN_ROOT.search(joined)
     hint = int(root[1]) if root else None
@@ -310,7 +311,7 @@ def split_combined(text: str, default_rank: int | None = None) -> LogSet:
         RankLog(
             rank=rank,
             path=None,
-            text="\n".join(lines.get(rank, [])) + "\n",
+            text="\n".join(lines.pop(rank, [])) + "\n",  # each list let go once joined
             signum=_signal_of(codes.get(rank)),
             order=float(first_seen.get(rank, len(text))),
             code=codes.get(rank),
@@ -327,6 +328,8 @@ def _launchers_own(line: str) -> bool:
     a rank's traceback through torch's elastic @record)."""
     if line.startswith("safelaunch: "):
         return True
+    if "torch" not in line:  # most lines: one scan in C
+        return False
     return not line[:1].isspace() and 'File "' not in line and bool(_TORCHRUN_NAME.search(line))
 
 

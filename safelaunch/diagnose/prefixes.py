@@ -18,8 +18,7 @@ all is decided over the whole file (most lines carry a label), so that a user's 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 
 from safelaunch.diagnose.frames import LINE_PREFIX
 
@@ -27,101 +26,112 @@ from safelaunch.diagnose.frames import LINE_PREFIX
 # digits must not cost more than a few characters)
 SRUN_LABEL = re.compile(r" {0,9}(\d{1,9}): ?")
 LABELLED_SHARE = 0.5  # of the non-empty lines: more carry a label, and the file is labelled
+SAMPLE = 4096  # lines looked at, evenly spread, to decide that (a 1 GB log: ~250,000)
+# LINE_PREFIX without the text: the rest of the line is sliced, not captured again
+_RANK_PREFIX = re.compile(LINE_PREFIX.pattern.split("(?P<text>")[0])
+# A labelled log's line in one match: the label, then a rank prefix, each where present
+_LABELLED = re.compile(
+    rf"(?:{SRUN_LABEL.pattern})?(?P<prefix>{_RANK_PREFIX.pattern.removeprefix('^')})?"
+)
+
+# One line of a combined log: its rank (None: a launcher's own line, or an unprefixed
+# rank's output), the node it came from where a prefix says so, its text without prefixes.
+Owned = tuple[int | None, int | None, str]
+# A labelled log's line before the file says what its labels are: (label, rank prefix's
+# rank, its node, whether it is torchrun's local `[defaultK]:`, the line, where the text
+# after the label begins, where the text after the rank prefix begins)
+_Parsed = tuple[int | None, int | None, int | None, bool, str, int, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Owned:
-    """One line of a combined log: whose it is, and its text without the prefixes."""
-
-    rank: int | None  # None: a launcher's own line (or an unprefixed rank's output)
-    node: int | None  # the node it came from, where a prefix says so
-    text: str
-
-
-def _labels(lines: Sequence[str]) -> list[re.Match[str] | None] | None:
-    """Each line's srun label, when most lines carry one; None for an unlabelled log."""
-    labels = [SRUN_LABEL.match(line) for line in lines]
-    carried = sum(label is not None for label in labels)
-    nonempty = sum(bool(line.strip()) for line in lines)
-    return labels if carried > LABELLED_SHARE * nonempty else None
+def _labelled(lines: Sequence[str]) -> bool:
+    """Most lines carry srun's label (looked at in an even sample of the file)."""
+    sample = lines[:: max(1, len(lines) // SAMPLE)]
+    nonempty = [line for line in sample if line.strip()]
+    carried = sum(SRUN_LABEL.match(line) is not None for line in nonempty)
+    return carried > LABELLED_SHARE * len(nonempty)
 
 
-def _local(prefix: re.Match[str]) -> bool:
-    """torchrun's role prefix (`[default0]:`): a local rank, not the global one."""
-    return not prefix.group(0).startswith(("[rank", "[node"))
+def _parse(lines: Sequence[str]) -> list[_Parsed]:
+    parsed: list[_Parsed] = []
+    for line in lines:
+        found = _LABELLED.match(line)  # always: every part is optional
+        assert found is not None
+        task, rank, node = found[1], found["rank"], found["node"]
+        start = found.start("prefix") if rank is not None else found.end()
+        parsed.append(
+            (
+                None if task is None else int(task),
+                None if rank is None else int(rank),
+                None if node is None else int(node),
+                rank is not None and not line.startswith(("[rank", "[node"), start),
+                line,
+                start,
+                found.end(),
+            )
+        )
+    return parsed
 
 
-def _by_node(
-    parsed: Sequence[tuple[int | None, re.Match[str] | None, str]],
-    launchers_own: Callable[[str], bool],
-) -> bool:
+def _by_node(parsed: Sequence[_Parsed], launchers_own: Callable[[str], bool]) -> bool:
     """The labels are nodes (one launcher per node), not ranks (one process per rank)."""
-    for task, prefix, rest in parsed:
+    for task, rank, node, local, line, start, _ in parsed:
         if task is None:
             continue
-        if prefix is None:
-            if launchers_own(rest):
+        if rank is None:
+            if launchers_own(line[start:]):
                 return True
-        elif _local(prefix) or prefix["node"] is not None or int(prefix["rank"]) != task:
+        elif local or node is not None or rank != task:
             return True
     return False
 
 
-def _ranks_per_node(parsed: Sequence[tuple[int | None, re.Match[str] | None, str]]) -> int | None:
+def _ranks_per_node(parsed: Sequence[_Parsed]) -> int | None:
     """How many ranks each node ran, as far as the lines show (for local ranks)."""
-    local = [int(p["rank"]) for _, p, _ in parsed if p is not None and _local(p)]
+    local = [rank for _, rank, _, is_local, *_ in parsed if rank is not None and is_local]
     if local:
         return max(local) + 1
     ranks: dict[int, set[int]] = {}
-    for task, prefix, _ in parsed:
-        if task is not None and prefix is not None:
-            ranks.setdefault(task, set()).add(int(prefix["rank"]))
+    for task, rank, *_ in parsed:
+        if task is not None and rank is not None:
+            ranks.setdefault(task, set()).add(rank)
     return max((len(seen) for seen in ranks.values()), default=None)
 
 
-def _unlabelled(lines: Sequence[str]) -> list[Owned]:
-    owned = []
+def _unlabelled(lines: Sequence[str]) -> Iterator[Owned]:
     for line in lines:
-        prefix = LINE_PREFIX.match(line)
+        prefix = _RANK_PREFIX.match(line)
         if prefix is None:
-            owned.append(Owned(None, None, line))
+            yield None, None, line
         else:
             node = prefix["node"]
-            owned.append(
-                Owned(int(prefix["rank"]), None if node is None else int(node), prefix["text"])
-            )
-    return owned
+            yield int(prefix["rank"]), None if node is None else int(node), line[prefix.end() :]
+
+
+def _owners(parsed: Sequence[_Parsed], by_node: bool, width: int | None) -> Iterator[Owned]:
+    for task, rank, node, local, line, start, cut in parsed:
+        if rank is None:  # the label's rank, or the node's launcher
+            yield (None, task, line[start:]) if by_node else (task, None, line[start:])
+            continue
+        if local and by_node:
+            if task is None or width is None:
+                yield None, task, line[start:]  # a local rank of no known node
+                continue
+            rank += task * width
+        yield rank, node if node is not None else (task if by_node else None), line[cut:]
 
 
 def read_lines(
-    lines: Sequence[str], launchers_own: Callable[[str], bool]
-) -> tuple[list[Owned], int | None]:
-    """Every line's owner, and the ranks a node ran where srun labels are nodes and the
-    lines show it (None otherwise: a local rank cannot be made global then).
+    text: str, launchers_own: Callable[[str], bool]
+) -> tuple[Iterator[Owned], int | None]:
+    """Every line's owner, in order, and the ranks a node ran where srun labels are nodes
+    and the lines show it (None otherwise: a local rank cannot be made global then).
 
     `launchers_own`: a launcher's own line (torchrun's log lines, safelaunch's).
     """
-    labels = _labels(lines)
-    if labels is None:
+    lines = text.splitlines()
+    if not _labelled(lines):
         return _unlabelled(lines), None
-    parsed = []
-    for line, label in zip(lines, labels, strict=True):
-        rest = line[label.end() :] if label else line
-        parsed.append((int(label[1]) if label else None, LINE_PREFIX.match(rest), rest))
+    parsed = _parse(lines)
     by_node = _by_node(parsed, launchers_own)
     width = _ranks_per_node(parsed) if by_node else None
-    owned = []
-    for task, prefix, rest in parsed:
-        if prefix is None:  # the label's rank, or the node's launcher
-            rank = None if by_node else task
-            owned.append(Owned(rank, task if by_node else None, rest))
-            continue
-        rank, node = int(prefix["rank"]), prefix["node"]
-        if _local(prefix) and by_node:
-            if task is None or width is None:
-                owned.append(Owned(None, task, rest))  # a local rank of no known node
-                continue
-            rank += task * width
-        shown = int(node) if node is not None else (task if by_node else None)
-        owned.append(Owned(rank, shown, prefix["text"]))
-    return owned, width
+    return _owners(parsed, by_node, width), width
