@@ -71,7 +71,8 @@ _SUBCOMMANDS = {
     "explain": (
         " PATH|-",
         "Explain a failed run from its logs: a safelaunch or torchrun log directory, or one "
-        "combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin.",
+        "combined log (a SLURM .out file with [rankN]: / [default0]: / srun --label prefixes); "
+        "- reads stdin.",
     ),
     "doctor": (
         "",
