@@ -10,17 +10,21 @@
    SIZE MB log, in-process.
 
 4. `explain` of a 16-node x 8-rank job's SLURM .out (--job-mb, 1024 by default): 128 ranks'
-   training lines interleaved, prefixed as torchrun's `[rankN]:` and as `srun --label`
-   writes them (`N: `), one rank's real traceback (Python's own) in the middle.
+   training lines interleaved, prefixed as torchrun's `[rankN]:`, as `srun --label` writes
+   them when srun starts every rank (`N: `, N the rank), and as it writes them when srun
+   starts one launcher a node (`N: [rankM]:`, N the node), one rank's real traceback
+   (Python's own) in the middle.
 
-Each line prints wall seconds and the peak RSS of the process that did the work.
+Each line prints wall seconds, CPU seconds and the peak RSS of the process that did the
+work, and the load average (wall time on a loaded machine is many times the CPU time).
 Before issue 13, 200 MB took up to 73 s and 931 MB; a 1 MB line took ~240 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -78,6 +82,8 @@ def write_job_log(path: Path, size_mb: int, label: str, ranks: int = 128) -> int
     """Interleaved training lines of `ranks` ranks; one rank's traceback half-way. Its rank."""
 
     def prefix(rank: int) -> str:
+        if label == "srun-node":  # one launcher a node: the label is the node
+            return f"{rank // 8:>2}: [rank{rank}]:"
         return f"[rank{rank}]:" if label == "torchrun" else f"{rank:>3}: "
 
     line = "step {s} loss 2.3{r:02d} lr 0.0003 tokens/s 41{r:03d} grad_norm 0.98 mem 61.2G\n"
@@ -100,19 +106,29 @@ def explain(path: Path) -> tuple[float, float, str]:
     """Wall seconds, peak RSS (MiB) of the explain process, its root-cause line (with the
     process's CPU seconds, which a loaded machine disturbs far less than wall time)."""
     started = time.monotonic()
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+    # through a fresh parent: RUSAGE_CHILDREN's peak is the largest child's so far, so
+    # this parent's own would carry an earlier, larger explain's peak into this one
     proc = subprocess.run(
-        [sys.executable, "-m", "safelaunch", "explain", str(path)],
+        [sys.executable, "-c", _MEASURED, sys.executable, "-m", "safelaunch", "explain", str(path)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     wall = time.monotonic() - started
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = usage.ru_utime + usage.ru_stime - cpu
-    root = next((ln for ln in proc.stdout.splitlines() if "error:" in ln), proc.stderr[-200:])
-    return wall, max(usage.ru_maxrss, before) / 1024, f"{cpu:.1f} s CPU; {root.strip()}"
+    measured = json.loads(proc.stdout.splitlines()[-1])
+    lines = measured["stdout"].splitlines()
+    said = [ln.strip() for ln in lines if ln.startswith("root") or "error:" in ln]
+    root = "; ".join(said[:2]) or measured["stderr"][-200:] or "no root cause named"
+    return wall, measured["rss"] / 1024, f"{measured['cpu']:.1f} s CPU; {root.strip()}"
+
+
+_MEASURED = (
+    "import json, resource, subprocess, sys\n"
+    "proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(json.dumps({'stdout': proc.stdout, 'stderr': proc.stderr, 'rss': usage.ru_maxrss,"
+    " 'cpu': usage.ru_utime + usage.ru_stime}))\n"
+)
 
 
 def launcher_diagnosis(path: Path) -> tuple[float, float]:
@@ -141,15 +157,16 @@ def main() -> None:
     parser.add_argument("--only-job", action="store_true", help="item 4 alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        for label in ("torchrun", "srun"):
+        for label in ("torchrun", "srun", "srun-node"):
             job = Path(scratch) / f"job-{label}.out"
             culprit = write_job_log(job, args.job_mb, label)
             size = job.stat().st_size / (1 << 20)
             wall, rss, root = explain(job)
             job.unlink()
+            load = os.getloadavg()[0]
             print(
                 f"explain, {size:.0f} MB 16x8-rank .out ({label} prefixes, traceback of rank "
-                f"{culprit}): {wall:.2f} s, peak RSS {rss:.0f} MiB ({root})"
+                f"{culprit}): {wall:.2f} s, peak RSS {rss:.0f} MiB ({root}), load {load:.1f}"
             )
         if args.only_job:
             return

@@ -6,11 +6,14 @@ A job of N ranks (no torch: each sleeps in short steps and reports them) runs wi
 --hang-timeout 5, so the launcher writes its live state at its fastest (every 0.5 s).
 With --nodes N, the other N-1 nodes' snapshots are this node's, copied with their node,
 host and global ranks moved (what each launcher writes from the store: live/node<k>.json),
-so that status reads and draws a job of N nodes x --ranks. While it runs: the wall time
-of `safelaunch status` and `status --json`, and the size of
-the live snapshot. After it: the time to draw report.html + timeline.json from the run's
-records again (what every launch pays once at its end), and their sizes. Printed, not
-asserted.
+so that status reads and draws a job of N nodes x --ranks. While it runs: the wall and
+CPU time of `safelaunch status` and `status --json` with the modules' bytecode cached (as
+an installed package has it; here in a scratch PYTHONPYCACHEPREFIX), of `status` compiling
+safelaunch's modules every call (PYTHONDONTWRITEBYTECODE=1, as this machine's shells run:
+the figures in docs/scale.md before issue 29's fix were taken so), and the size of the
+live snapshot. Then the job is stopped (Ctrl-C); after it, the time to draw report.html +
+timeline.json from the run's records again (what every launch pays once at its end), and
+their sizes. Printed, not asserted.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,10 +36,23 @@ WORKER = HERE.parent / "tests" / "workers" / "stepped_sleep.py"
 SAFELAUNCH = [sys.executable, "-m", "safelaunch"]
 
 
-def _timed(command: list[str], cwd: Path) -> float:
+def _timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one call (CPU: what a loaded machine disturbs far less)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
-    return time.perf_counter() - started
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True, env=env)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu
+
+
+def _line(what: str, calls: list[tuple[float, float]]) -> str:
+    walls, cpus = [w for w, _ in calls], [c for _, c in calls]
+    return (
+        f"{what}: median {statistics.median(walls):.3f} s (min {min(walls):.3f}), "
+        f"CPU median {statistics.median(cpus):.3f} s"
+    )
 
 
 def _copy_nodes(live: Path, nodes: int, ranks: int) -> None:
@@ -63,7 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        env = {**os.environ, "STEPS": "1", "ROUNDS": "40", "SAFELAUNCH_ISOLATE": "never"}
+        # long enough for every call below on a loaded machine; stopped once they are done
+        env = {**os.environ, "STEPS": "1", "ROUNDS": "400", "SAFELAUNCH_ISOLATE": "never"}
         job = subprocess.Popen(
             [*SAFELAUNCH, "--log-dir", "logs", f"--nproc-per-node={args.ranks}",
              "--hang-timeout=5", str(WORKER)],
@@ -77,9 +96,17 @@ def main() -> None:
         copies.start()
         time.sleep(1)
         status = [*SAFELAUNCH, "status", "--log-dir", "logs"]
-        look = [_timed(status, work) for _ in range(args.repeat)]
-        js = [_timed([*status, "--json"], work) for _ in range(args.repeat)]
+        cached = {**os.environ, "PYTHONPYCACHEPREFIX": str(work / "pycache")}
+        cached.pop("PYTHONDONTWRITEBYTECODE", None)
+        compiling = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        compiling.pop("PYTHONPYCACHEPREFIX", None)
+        _timed(status, work, cached)  # writes the bytecode
+        look = [_timed(status, work, cached) for _ in range(args.repeat)]
+        js = [_timed([*status, "--json"], work, cached) for _ in range(args.repeat)]
+        cold = [_timed(status, work, compiling) for _ in range(args.repeat)]
+        load = os.getloadavg()  # while status ran, not after the report below
         snapshot = live.stat().st_size
+        job.send_signal(signal.SIGINT)
         job.wait()
         copies.join()
         run = (work / "logs" / "latest").resolve()
@@ -93,11 +120,12 @@ def main() -> None:
             write_views(run, write_file)
             draws.append(time.perf_counter() - t)
         sizes = [(run / name).stat().st_size for name in ("report.html", "timeline.json")]
-    one, five, _ = os.getloadavg()
+    one, five, _ = load
     print(f"load average {one:.1f} {five:.1f} on {os.cpu_count()} cores")
     print(f"{args.nodes} node(s) x {args.ranks} ranks, {report['duration_s']:.1f} s job")
-    print(f"safelaunch status: median {statistics.median(look):.3f} s (min {min(look):.3f})")
-    print(f"safelaunch status --json: median {statistics.median(js):.3f} s (min {min(js):.3f})")
+    print(_line("safelaunch status", look))
+    print(_line("safelaunch status --json", js))
+    print(_line("safelaunch status, compiling every module", cold))
     print(f"live snapshot: {snapshot} bytes")
     print(
         f"report.html + timeline.json drawn again: median {statistics.median(draws) * 1000:.1f} ms"

@@ -10,8 +10,8 @@ from dataclasses import asdict
 from typing import Any
 
 from safelaunch import __version__, exitcodes
+from safelaunch.gpu_inventory import read_inventory, to_json
 from safelaunch.preflight import DEFAULT_MASTER_ADDR
-from safelaunch.preflight.inventory import read_inventory, to_json
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.probe import probe_torch, torch_findings
 from safelaunch.preflight.system import ERROR, OK, WARNING, CheckLevel, Finding, system_findings

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from safelaunch.errors import PreflightError
 from safelaunch.rundir import layout, live_file, report_file
-from safelaunch.supervisor.live import RankSnapshotState
+from safelaunch.vocab import RankSnapshotState
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

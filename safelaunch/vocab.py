@@ -54,6 +54,24 @@ RESOURCES = FailureClass.RESOURCES
 UNKNOWN = FailureClass.UNKNOWN
 CLASSES: tuple[FailureClass, ...] = tuple(FailureClass)
 
+
+# The words of a live snapshot (rundir/live_file.py): the supervisor writes them, `status`
+# reads them; here, so that status needs none of the launch's modules to read them.
+class NodeSnapshotState(StrEnum):
+    """A snapshot's "state": its launcher's attempt runs, or has ended."""
+
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+class RankSnapshotState(StrEnum):
+    """A rank's "state" in a snapshot: what the supervisor knows of its process."""
+
+    NOT_STARTED = "not started"
+    RUNNING = "running"
+    EXITED = "exited"
+
+
 Word = TypeVar("Word", bound=StrEnum)
 
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safelaunch import exitcodes
+from safelaunch.gpu_inventory import NO_DRIVER, Inventory, from_json, read_inventory
 from safelaunch.preflight import visible_gpus
-from safelaunch.preflight.inventory import NO_DRIVER, Inventory, from_json, read_inventory
 from safelaunch.preflight.mapping import plan_gpus
 from safelaunch.preflight.visible import parse_visible
 

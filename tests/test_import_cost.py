@@ -168,3 +168,18 @@ def test_a_job_that_succeeds_never_loads_the_failure_analysis(tmp_path: Path) ->
     assert code == 3
     assert set(FAILURE_ONLY) - {"safelaunch.hangs.analysis"} <= loaded
     assert not {m for m in loaded if m.startswith(OPT_IN)}  # not on a failure either
+
+
+def test_status_loads_none_of_the_launch_s_modules() -> None:
+    """`safelaunch status`, called again and again on a loaded node, was ~0.25 s of CPU, most
+    of it importing the launch (config, plan, preflight, supervisor, diagnose) and psutil
+    (bench/status_cost.py)."""
+    loaded = imported_by(
+        "sys.argv = ['safelaunch', 'status']; import safelaunch.entry, safelaunch.cli, "
+        "safelaunch.status, safelaunch.status.measure"
+    )
+    assert "safelaunch.status.measure" in loaded
+    launch = ("config", "plan", "preflight", "supervisor", "diagnose", "outcome", "hangs")
+    launch += ("launch", "cli.options", "cli.sources", "values")
+    assert not {m for m in loaded if m.startswith(tuple(f"safelaunch.{m}" for m in launch))}
+    assert not {"psutil", "socket", "shutil"} & loaded

@@ -173,6 +173,31 @@ def test_measure_counts_the_rank_and_its_children_and_their_gpu_memory(tmp_path)
         rank.wait()
 
 
+def test_measure_reads_a_rank_whose_process_name_holds_spaces_and_parentheses() -> None:
+    """/proc/<pid>/stat puts the name in parentheses: the fields after it are still read."""
+    import os
+    import time
+
+    from safelaunch.status import measure as measuring
+
+    name = "a) b (c 1 2"
+    code = f"open('/proc/self/comm', 'w').write({name!r}); import time; time.sleep(30)"
+    rank = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 30
+        comm = Path(f"/proc/{rank.pid}/comm")
+        while comm.read_text().strip() != name and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sample = measuring._sample(rank.pid)
+        assert sample is not None and sample.parent == os.getpid() and sample.rss_pages > 0
+        usage = measuring.measure([(rank.pid, time.time())])
+        assert usage[rank.pid].rss_bytes > 1 << 20
+        assert usage[rank.pid].cpu_percent is not None and usage[rank.pid].cpu_percent >= 0
+    finally:
+        rank.kill()
+        rank.wait()
+
+
 def test_the_header_shows_the_learned_deadline_of_the_slowest_node() -> None:
     from safelaunch.status.render import table
 

@@ -12,11 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from safelaunch import defaults, exitcodes, values
-from safelaunch.cli.options import Number, a_script_file
+from safelaunch import defaults, exitcodes
 from safelaunch.cli.parser import Parser
-from safelaunch.cli.sources import parse_launch
-from safelaunch.config import build_config
 from safelaunch.console import Console, Level, buffer_of, color_wanted
 from safelaunch.errors import SafelaunchError
 from safelaunch.interpreter import settled
@@ -50,6 +47,11 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
 
 def launch_command(args: Sequence[str]) -> NoReturn:
     """`safelaunch [OPTIONS] TRAINING_SCRIPT [TRAINING_SCRIPT_ARGS]...`: a launch."""
+    # The launch's flags and config here, not at the top: a subcommand (`status`, called
+    # again and again on a loaded node) pays for none of them.
+    from safelaunch.cli.sources import parse_launch
+    from safelaunch.config import build_config
+
     raw, explicit = parse_launch(args, os.environ)
     raw["color"] = color_wanted(Switch(raw["color"]))
     console = Console(color=raw["color"])
@@ -69,7 +71,8 @@ _SUBCOMMANDS = {
     "explain": (
         " PATH|-",
         "Explain a failed run from its logs: a safelaunch or torchrun log directory, or one "
-        "combined log (a SLURM .out file with [rankN]: / [default0]: prefixes); - reads stdin.",
+        "combined log (a SLURM .out file with [rankN]: / [default0]: / srun --label prefixes); "
+        "- reads stdin.",
     ),
     "doctor": (
         "",
@@ -137,6 +140,9 @@ def explain_command(args: Sequence[str]) -> NoReturn:
 
 def doctor_command(args: Sequence[str]) -> NoReturn:
     """`safelaunch doctor [OPTIONS]`."""
+    from safelaunch import values
+    from safelaunch.cli.options import Number
+
     parser = _parser("doctor")
     _torchrun_flag(
         parser,
@@ -246,6 +252,8 @@ def status_command(args: Sequence[str]) -> NoReturn:
 
 def lint_command(args: Sequence[str]) -> NoReturn:
     """`safelaunch lint [OPTIONS] SCRIPT`."""
+    from safelaunch.cli.options import a_script_file
+
     parser = _parser("lint")
     _json_option(parser)
     parser.add_help_option()

@@ -9,7 +9,6 @@ paid before any rank can start. torchrun parses with argparse too, so its semant
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -28,6 +27,8 @@ class HelpFormatter(argparse.HelpFormatter):
     """`--a-b, --a_b METAVAR` once per option (argparse repeats the metavar per name)."""
 
     def __init__(self, prog: str) -> None:
+        import shutil  # ~3 ms with its compression modules; only --help and errors format
+
         columns = shutil.get_terminal_size().columns
         super().__init__(prog, max_help_position=34, width=max(min(columns, MAX_WIDTH) - 2, 50))
 

@@ -3,7 +3,7 @@
 Layouts: a safelaunch log, run or attempt directory (rankK.log); a torchrun log or run
 directory (attempt_N/<local_rank>/{stdout,stderr}.log); a single combined log, such as a
 SLURM .out file, whose rank lines carry `[rankN]:`, safelaunch's multi-node `[node1/rank3]:`
-or torchrun's `[default0]:` prefix.
+or torchrun's `[default0]:` prefix, each perhaps after srun --label's `N: ` (prefixes.py).
 Lines without a prefix are the launcher's own (torchrun's ChildFailedError traceback):
 never a rank's error, but torchrun's "Root Cause" block names the failed rank and code.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from safelaunch import exitcodes
-from safelaunch.diagnose.frames import LINE_PREFIX
 from safelaunch.diagnose.jsonshape import (
     INT,
     OPT_INT,
@@ -35,6 +34,7 @@ from safelaunch.diagnose.jsonshape import (
     read_record,
 )
 from safelaunch.diagnose.leaving import Leave, leave_from_record
+from safelaunch.diagnose.prefixes import read_lines
 from safelaunch.diagnose.reading import inside, read_combined, read_stream, read_tail, walk
 from safelaunch.errors import SafelaunchError
 from safelaunch.outcome import RankEnding
@@ -51,6 +51,7 @@ _TORCHRUN_ROOT = re.compile(r"Root Cause.{0,4096}?rank\s*:\s*(\d+) \(local_rank"
 # torchrun's agent line: "failed (exitcode: 1) local_rank: 1 (pid: 123) of binary"
 _TORCHRUN_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _TORCHRUN_OWN = re.compile(r"torch\.distributed\.elastic|torch/distributed/(?:run|elastic)|^=+$")
+_TORCHRUN_NAME = re.compile(r"torch\.distributed\.elastic|torch/distributed/(?:run|elastic)")
 _RANK_FILE = re.compile(r"^rank(\d+)\.log$")
 
 
@@ -223,12 +224,17 @@ def _torchrun(directory: Path) -> LogSet | None:
     return LogSet(layout=f"torchrun ({attempts[-1].name}, local ranks)", ranks=tuple(ranks))
 
 
-def _torchrun_codes(launcher: str) -> dict[int, int]:
-    """Exit codes torchrun printed: its Failures/Root Cause blocks and agent lines.
+def _torchrun_codes(launcher: str, local_base: int | None) -> dict[int, int]:
+    """Exit codes torchrun printed: its Failures/Root Cause blocks (global ranks) and agent
+    lines (local ranks: `local_base` is the node's first rank; None, not read).
 
     -15 (SIGTERM) is torchrun stopping the other ranks after the first failure: left out.
     """
-    codes = {int(local): int(code) for code, local in _TORCHRUN_EXIT.findall(launcher)}
+    codes = {}
+    if local_base is not None:
+        codes = {
+            local_base + int(local): int(code) for code, local in _TORCHRUN_EXIT.findall(launcher)
+        }
     codes.update({int(rank): int(code) for rank, code in _TORCHRUN_RANK.findall(launcher)})
     return {rank: code for rank, code in codes.items() if code != -15}
 
@@ -264,7 +270,7 @@ def _rank_output(launcher: list[str]) -> str:
 
 
 def split_combined(text: str, default_rank: int | None = None) -> LogSet:
-    """Cut a combined log into ranks by their line prefixes.
+    """Cut a combined log into ranks by their line prefixes (diagnose/prefixes.py).
 
     Unprefixed lines are the launcher's own, or a rank's output when torchrun ran
     without --tee: those go to the rank torchrun names as its root cause (or, for one
@@ -275,22 +281,24 @@ def split_combined(text: str, default_rank: int | None = None) -> LogSet:
     nodes: dict[int, int] = {}
     hosts: dict[int, str] = {}
     launcher: list[str] = []
-    for number, line in enumerate(text.splitlines()):
-        match = LINE_PREFIX.match(line)
-        if match is None:
+    by_node: dict[int | None, list[str]] = {}  # launcher lines, by the node srun labels
+    owned, per_node = read_lines(text, _launchers_own)
+    for number, (rank, node, line) in enumerate(owned):
+        if rank is None:
             launcher.append(line)
+            by_node.setdefault(node, []).append(line)
             if placed := _NODE_HOST.match(line):
                 hosts[int(placed[1])] = placed[2]
             continue
-        rank = int(match["rank"])
-        lines.setdefault(rank, []).append(match["text"])
-        first_seen.setdefault(rank, number)
-        if match["node"] is not None:
-            nodes.setdefault(rank, int(match["node"]))
+        if rank not in lines:
+            lines[rank], first_seen[rank] = [], number
+        lines[rank].append(line)
+        if node is not None:
+            nodes.setdefault(rank, node)
     joined = "\n".join(launcher)
     root = _TORCHRUN_ROOT.search(joined)
     hint = int(root[1]) if root else None
-    codes = _torchrun_codes(joined)
+    codes = _codes(by_node, per_node)
     owner = hint if hint is not None else default_rank
     if owner is None and not lines and launcher:
         owner = 0  # one rank's log: every line is its own
@@ -303,7 +311,7 @@ def split_combined(text: str, default_rank: int | None = None) -> LogSet:
         RankLog(
             rank=rank,
             path=None,
-            text="\n".join(lines.get(rank, [])) + "\n",
+            text="\n".join(lines.pop(rank, [])) + "\n",  # each list let go once joined
             signum=_signal_of(codes.get(rank)),
             order=float(first_seen.get(rank, len(text))),
             code=codes.get(rank),
@@ -313,6 +321,28 @@ def split_combined(text: str, default_rank: int | None = None) -> LogSet:
         for rank in sorted(set(lines) | set(codes))  # a killed rank may have printed nothing
     )
     return LogSet(layout="combined log", ranks=ranks, root_hint=hint, hosts=hosts)
+
+
+def _launchers_own(line: str) -> bool:
+    """A launcher's own line: safelaunch's messages, torchrun's log lines (not a frame of
+    a rank's traceback through torch's elastic @record)."""
+    if line.startswith("safelaunch: "):
+        return True
+    if "torch" not in line:  # most lines: one scan in C
+        return False
+    return not line[:1].isspace() and 'File "' not in line and bool(_TORCHRUN_NAME.search(line))
+
+
+def _codes(by_node: dict[int | None, list[str]], per_node: int | None) -> dict[int, int]:
+    """Exit codes torchrun printed; srun-labelled by node, its local ranks made global
+    where the log shows how many ranks a node ran (else only the global ones are read)."""
+    if set(by_node) <= {None}:
+        return _torchrun_codes("\n".join(by_node.get(None, [])), 0)
+    codes: dict[int, int] = {}
+    for node, launcher in by_node.items():
+        base = None if node is None or per_node is None else node * per_node
+        codes.update(_torchrun_codes("\n".join(launcher), base))
+    return codes
 
 
 def _shown(where: str) -> str:

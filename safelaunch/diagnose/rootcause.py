@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -186,18 +186,27 @@ def _no_error(rank: RankEvidence, found: list[Match]) -> bool:
     return not found and error_text(rank.text, rank.error_file) is None
 
 
+def signature_matches(
+    ranks: Sequence[RankEvidence], table: Sequence[Signature] = SIGNATURES
+) -> dict[int, list[Match]]:
+    """Every rank's signatures, as the rules below read them: a caller that judges more
+    than once (explain: 128 ranks' logs of a SLURM .out) matches once and hands them in."""
+    return {r.rank: matches(r.text, r.signum, table) for r in ranks}
+
+
 def find_root_cause(
     ranks: Sequence[RankEvidence],
     table: Sequence[Signature] = SIGNATURES,
     hint: int | None = None,
+    matched: Mapping[int, list[Match]] | None = None,
 ) -> RootCause | None:
     """The earliest failure that is not only a consequence of another rank's; None if none.
 
     `hint`: the rank a launcher named as its root cause (torchrun's "Root Cause" block),
-    preferred among the real failures.
+    preferred among the real failures. `matched`: signature_matches(ranks, table).
     """
     failed = sorted((r for r in ranks if r.failed), key=_order)
-    found = {r.rank: matches(r.text, r.signum, table) for r in ranks}
+    found = matched if matched is not None else signature_matches(ranks, table)
 
     def is_real(rank: RankEvidence) -> bool:  # its log shows a cause, or nothing known
         return not found[rank.rank] or cause(found[rank.rank]) is not None
@@ -272,6 +281,7 @@ def named_cause(
     why: ErrorText,
     klass: FailureClass,
     table: Sequence[Signature] = SIGNATURES,
+    matched: Mapping[int, list[Match]] | None = None,
 ) -> RootCause:
     """The root cause the arbiter named (diagnose/arbiter.py) rather than the first failure.
 
@@ -279,12 +289,12 @@ def named_cause(
     the hint); else `why`, what the evidence says it did, and every failure is one of its
     consequences.
     """
-    own = find_root_cause(ranks, table, hint=rank)
+    found = matched if matched is not None else signature_matches(ranks, table)
+    own = find_root_cause(ranks, table, hint=rank, matched=found)
     if own is not None and own.rank == rank:
         return own
     # what the first failure waited for or detected is what the culprit did: its advice fits
     waited = own.signature if own is not None and own.signature is not None else None
-    found = {r.rank: matches(r.text, r.signum, table) for r in ranks}
     consequences = tuple(
         (r.rank, found[r.rank][0].signature.id if found[r.rank] else "error")
         for r in sorted((r for r in ranks if r.failed and r.rank != rank), key=_order)
@@ -304,6 +314,7 @@ def follow_verdict(
     verdict: Verdict,
     ranks: Sequence[RankEvidence],
     table: Sequence[Signature] = SIGNATURES,
+    matched: Mapping[int, list[Match]] | None = None,
 ) -> RootCause:
     """The root cause is the arbiter's one culprit where the evidence names another rank
     than the first failure (the summary, exit code, report and explain follow it)."""
@@ -311,4 +322,5 @@ def follow_verdict(
     if len(verdict.culprits) != 1 or verdict.culprits[0] == found.rank or decided is None:
         return found
     why = ErrorText(line=decided.says, location=verdict.location(), source=ErrorSource.EVIDENCE)
-    return named_cause(ranks, verdict.culprits[0], why, verdict.klass() or found.klass, table)
+    klass = verdict.klass() or found.klass
+    return named_cause(ranks, verdict.culprits[0], why, klass, table, matched)

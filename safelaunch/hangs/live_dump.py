@@ -23,8 +23,8 @@ from typing import Any
 
 from safelaunch.rank import names
 from safelaunch.rundir import flight_file, stack_files
-from safelaunch.supervisor.live import NodeSnapshotState, RankSnapshotState
 from safelaunch.supervisor.procs import process_state
+from safelaunch.vocab import NodeSnapshotState, RankSnapshotState
 
 DUMP_WAIT = 3.0  # s: faulthandler answers in about a millisecond; a busy host is slower
 SETTLE = 0.1  # s without growth: the dump is complete

@@ -12,10 +12,10 @@ from pathlib import Path
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, NprocWord
 from safelaunch.errors import PreflightError
+from safelaunch.gpu_inventory import NO_DRIVER, Inventory, read_inventory
 from safelaunch.lint import LintFinding, LintResult, ScriptUses
 from safelaunch.preflight.crosscheck import cross_check, rank_names
 from safelaunch.preflight.entry_script import compile_entry
-from safelaunch.preflight.inventory import NO_DRIVER, Inventory, read_inventory
 from safelaunch.preflight.logroot import check_log_root
 from safelaunch.preflight.mapping import hides_every_gpu, plan_gpus
 from safelaunch.preflight.ports import PortInUse, PortReservation, reserve_free_port, reserve_port

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from safelaunch.preflight.inventory import Inventory
+from safelaunch.gpu_inventory import Inventory
 from safelaunch.preflight.visible import Visibility, parse_visible
 
 LOW_FREE = 0.1  # a GPU with less than this share free counts as busy

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from safelaunch.preflight.inventory import Gpu
+from safelaunch.gpu_inventory import Gpu
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

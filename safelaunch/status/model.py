@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from safelaunch.diagnose.frames import user_frame
 from safelaunch.ranktext import ranks_label
-from safelaunch.supervisor.live import NodeSnapshotState, RankSnapshotState
-from safelaunch.vocab import StrEnum
+from safelaunch.userframe import user_frame
+from safelaunch.vocab import NodeSnapshotState, RankSnapshotState, StrEnum
 
 
 class LiveRankState(StrEnum):

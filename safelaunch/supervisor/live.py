@@ -30,25 +30,10 @@ from safelaunch.rundir import heartbeat_file, live_file
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.rundir.writing import Writer
 from safelaunch.supervisor.watchers import PeerHang
-from safelaunch.vocab import StrEnum
+from safelaunch.vocab import NodeSnapshotState, RankSnapshotState
 
 FRAMES_SHOWN = 12
 MAX_SAMPLES = 600  # per rank and series: the history stays small on a week-long job
-
-
-class NodeSnapshotState(StrEnum):
-    """A snapshot's "state": its launcher's attempt runs, or has ended."""
-
-    RUNNING = "running"
-    ENDED = "ended"
-
-
-class RankSnapshotState(StrEnum):
-    """A rank's "state" in a snapshot: what the supervisor knows of its process."""
-
-    NOT_STARTED = "not started"
-    RUNNING = "running"
-    EXITED = "exited"
 
 
 class HangState(Protocol):

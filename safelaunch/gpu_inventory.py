@@ -3,6 +3,9 @@
 `read_inventory()` asks NVML (nvidia-ml-py) on a machine with an NVIDIA driver; where
 SAFELAUNCH_GPU_INVENTORY names a JSON file it returns that recorded inventory instead.
 That file is the only seam through which tests fake GPUs.
+
+Its own module, outside preflight/: `safelaunch status` reads the GPUs' processes too, and
+importing the preflight package would load most of the launch with it.
 """
 
 from __future__ import annotations
