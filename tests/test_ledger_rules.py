@@ -256,3 +256,18 @@ def test_a_call_skipped_at_the_very_start_is_told_by_how_the_other_ranks_started
     [divergence] = compare_ledgers(_ranks(programs, groups)).divergences
     assert [m.rank for m in divergence.odd] == [culprit]
     assert decide(items_of_ledgers(_ranks(programs, groups))).culprits == (culprit,)
+
+
+@pytest.mark.parametrize("stuck", [0, 1])
+def test_a_rank_in_no_call_beside_one_waiting_is_no_tie(stuck: int) -> None:
+    """The very first collective: one rank waits in it, the other never got there (asleep
+    in its data loading). That is no tie of two calls: the ledgers name nobody and hold
+    nobody back, so the stacks' "it is behind" decides."""
+    waiting = 1 - stuck
+    programs = {waiting: [("0", "float32[16, 8]", "t.py:85")]}
+    ledgers = _ranks(programs, {"0": (0, 1)})
+    ledgers[stuck] = _ledger(stuck, {"0": (0, 1)}, [])
+    items = items_of_ledgers(ledgers)
+    assert not any(i.ambiguous for i in items)
+    behind = Item(source=Source.STACKS, tier=Tier.BEHIND, ranks=(stuck,), says="behind")
+    assert decide([*items, behind]).culprits == (stuck,)

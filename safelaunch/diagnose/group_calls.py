@@ -83,6 +83,7 @@ class Undecided:
     group: str
     ranks: tuple[int, ...]  # the members that differ
     text: str
+    tied: bool = False  # each of them made a call there: two calls, nothing says whose is odd
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,7 @@ def _by_own_loop(
             group=group,
             ranks=tuple(voters),
             text=f"{shown}: the members differ ({calls_at}) and no majority or loop names one",
+            tied=all(calls[m].get(count) is not None for m in voters),
         )
     expected = calls[keeping[0]].get(count)
     odd = tuple(
@@ -353,7 +355,9 @@ def _by_moves(
     if move is not None and move in moves:
         return False, ""
     others = {_step(c) for m, cs in calls.items() if m != member for c in cs.values()}
-    if _step(here) not in program.calls | others | set(steps):
+    # new only against members that made a call here too (else nobody has got this far)
+    rivals = all(cs.get(count) is not None for m, cs in calls.items() if m != member)
+    if rivals and _step(here) not in program.calls | others | set(steps):
         return True, f"rank {member} called what no rank called before"
     if move is not None and any(done[0] == move[0] for done in moves):
         return True, f"rank {member} went where, from its previous call, no rank went"

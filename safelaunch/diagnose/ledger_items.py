@@ -54,6 +54,8 @@ def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
                 )
             )
     for u in comparison.undecided:
+        if not u.tied:  # one made a call, one did not: where it is, is the stacks' to say
+            continue
         items.append(
             Item(
                 source=Source.CALL_LEDGER, tier=Tier.BEHIND, ranks=u.ranks, says=u.text,
