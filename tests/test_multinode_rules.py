@@ -528,3 +528,19 @@ def test_a_node_summary_is_its_report_json_projected(tmp_path, stopped_by_peer: 
     else:
         assert summary.root_rank == 3 and written["diagnosis"]["root_cause_rank"] == 3
         assert sent["ending"].startswith("rank 3 exited with code 1") and not sent["consequence"]
+
+
+def test_torchs_rendezvous_runs_on_a_fresh_thread_with_its_result_or_error() -> None:
+    """torch names each rendezvous step with inspect.stack(): a shallow stack keeps that
+    cheap under `python -m` (torchstore.on_fresh_thread); what it returns or raises comes
+    back to the caller."""
+    from safelaunch.rendezvous.torchstore import on_fresh_thread
+
+    caller = threading.current_thread()
+    assert on_fresh_thread(lambda: threading.current_thread() is not caller)
+
+    def fails() -> None:
+        raise TimeoutError("no quorum")
+
+    with pytest.raises(TimeoutError, match="no quorum"):
+        on_fresh_thread(fails)
