@@ -41,6 +41,7 @@ TORCHRUN = [str(Path(PYTHON).with_name("torchrun"))]
 REPO = Path(__file__).resolve().parents[1]
 MULTINODE = REPO / "tests" / "workers" / "multinode.py"
 FAST = "keep_alive_interval=1,keep_alive_max_attempt=3"  # as tests/test_multinode.py
+WAIT = 600  # seconds for every launcher of one run to end: 16 x 2 on 2 loaded cores take minutes
 NOOP = """
 import os, time, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -52,10 +53,9 @@ os._exit(0)
 STEADY = """
 import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
-end = time.time() + float(os.environ["SECONDS_"])
 t = torch.ones(4)
-while time.time() < end:
-    dist.all_reduce(t)
+for _ in range(int(float(os.environ["SECONDS_"]) / 0.2)):  # a count, not a clock: the same
+    dist.all_reduce(t)  # collectives on every rank (a clock ends the loops unevenly)
     time.sleep(0.2)
 dist.barrier()
 os._exit(0)
@@ -153,6 +153,15 @@ def wait_all(started: list[Node], timeout: float) -> list[int]:
     return [node.wait(max(1.0, deadline - time.time())) for node in started]
 
 
+def last_words(started: list[Node]) -> str:
+    """Each distinct last line of the launchers, with the first node that said it."""
+    said: dict[str, int] = {}
+    for number, node in enumerate(started):
+        for _, line in node.lines[-3:]:
+            said.setdefault(line[:300], number)
+    return "\n".join(f"  node {n}: {line}" for line, n in said.items())
+
+
 def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | None) -> None:
     script = tmp / "noop.py"
     script.write_text(NOOP)
@@ -170,9 +179,9 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | 
                 env = {**os.environ, "STEP_DIR": str(steps)}
                 start = time.time()
                 started = launch(ours, nodes, nproc, script, steps, env, conf=conf)
-                codes = wait_all(started, 300)
+                codes = wait_all(started, WAIT)
                 end = time.time() - start
-                assert codes == [0] * nodes, (ours, codes, started[0].lines[-5:])
+                assert codes == [0] * nodes, f"{ours} {codes}\n{last_words(started)}"
                 step = max(float(p.read_text()) for p in steps.glob("step-*")) - start
                 figures[ours].append((step, end))
         (s_step, s_end), (t_step, t_end) = (
@@ -197,8 +206,8 @@ def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path, conf: st
         counts.mkdir()
         env = {**os.environ, "SECONDS_": str(seconds), "SAFELAUNCH_STORE_COUNTS": str(counts)}
         started = launch(True, nodes, nproc, script, counts, env, conf=conf)
-        codes = wait_all(started, 300 + seconds)
-        assert codes == [0] * nodes, (codes, started[0].lines[-5:])
+        codes = wait_all(started, WAIT + seconds)
+        assert codes == [0] * nodes, f"{codes}\n{last_words(started)}"
         records = [json.loads(p.read_text()) for p in counts.glob("store-*.json")]
         assert len(records) == nodes
         span = max(r["seconds"] for r in records)
@@ -239,7 +248,7 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str, conf: str 
         where = tmp / f"hang-{nodes}"
         env = {**os.environ, "HANG_RANK": str(culprit), "PIDS_DIR": str(tmp)}
         started = launch(True, nodes, nproc, MULTINODE, where, env, ("--hang-timeout=3",), conf)
-        wait_all(started, 300)
+        wait_all(started, WAIT)
         deadline = min(t for n in started if (t := n.first("hang: no rank made progress")))
         last = max(t for n in started if (t := n.first(f"job ({nodes} nodes): HUNG")))
         printed, found = same_verdict(started, nodes)
@@ -260,7 +269,7 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str, conf: str 
                 time.sleep(0.5)
             os.killpg(started[nodes // 2].proc.pid, signal.SIGKILL)
             killed = time.time()
-        wait_all(started, 300)
+        wait_all(started, WAIT)
         alive = [n for i, n in enumerate(started) if kind == "fail" or i != nodes // 2]
         printed, found = same_verdict(alive, nodes)
         shown = next(iter(found))[:90] if len(found) == 1 else found
