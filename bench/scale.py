@@ -6,9 +6,10 @@
 - rdzv: launch to first step (every rank past init_process_group and one barrier) and to
   the end, noop ranks; safelaunch / torchrun ratio.
 - store: operations and bytes per second that safelaunch asks of the job's store over a
-  healthy job of --seconds, per node (torchstore.TextStore's counters, written at the end
-  to $SAFELAUNCH_STORE_COUNTS). The workers' store is a separate TCPStore that safelaunch
-  only hosts: it issues no operation on it.
+  healthy job of --seconds, in all, per node, node 0's and the busiest other node's
+  (torchstore.TextStore's counters, written at the end to $SAFELAUNCH_STORE_COUNTS). The
+  workers' store is a separate TCPStore that safelaunch only hosts: it issues no
+  operation on it.
 - verdict: one rank stuck (HANG_RANK, --hang-timeout=3; keep-alive as tests/test_multinode.py's
   FAST, elsewhere torch's defaults, for both launchers): time from the first node's hang
   line (its deadline) to the job verdict on the last node, and whether every node printed
@@ -40,6 +41,7 @@ TORCHRUN = [str(Path(PYTHON).with_name("torchrun"))]
 REPO = Path(__file__).resolve().parents[1]
 MULTINODE = REPO / "tests" / "workers" / "multinode.py"
 FAST = "keep_alive_interval=1,keep_alive_max_attempt=3"  # as tests/test_multinode.py
+WAIT = 600  # seconds for every launcher of one run to end: 16 x 2 on 2 loaded cores take minutes
 NOOP = """
 import os, time, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -51,10 +53,9 @@ os._exit(0)
 STEADY = """
 import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
-end = time.time() + float(os.environ["SECONDS_"])
 t = torch.ones(4)
-while time.time() < end:
-    dist.all_reduce(t)
+for _ in range(int(float(os.environ["SECONDS_"]) / 0.2)):  # a count, not a clock: the same
+    dist.all_reduce(t)  # collectives on every rank (a clock ends the loops unevenly)
     time.sleep(0.2)
 dist.barrier()
 os._exit(0)
@@ -124,8 +125,9 @@ def launch(
     where: Path,
     env: dict[str, str],
     extra: tuple[str, ...] = (),
-    conf: str | None = None,
+    conf: str | None = FAST,
 ) -> list[Node]:
+    """`nodes` launchers; `conf` their --rdzv-conf (None: torch's defaults)."""
     port = random.randint(20000, 45000)
     base = SAFELAUNCH if ours else TORCHRUN
     started = []
@@ -137,7 +139,7 @@ def launch(
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}",
             "--rdzv-id=scale",
-            f"--rdzv-conf={FAST}",
+            *([f"--rdzv-conf={conf}"] if conf else []),
             *extra,
             str(script),
         ]
@@ -145,7 +147,22 @@ def launch(
     return started
 
 
-def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path) -> None:
+def wait_all(started: list[Node], timeout: float) -> list[int]:
+    """Every launcher's exit code, within one shared deadline."""
+    deadline = time.time() + timeout
+    return [node.wait(max(1.0, deadline - time.time())) for node in started]
+
+
+def last_words(started: list[Node]) -> str:
+    """Each distinct last line of the launchers, with the first node that said it."""
+    said: dict[str, int] = {}
+    for number, node in enumerate(started):
+        for _, line in node.lines[-3:]:
+            said.setdefault(line[:300], number)
+    return "\n".join(f"  node {n}: {line}" for line, n in said.items())
+
+
+def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | None) -> None:
     script = tmp / "noop.py"
     script.write_text(NOOP)
     print(f"\nlaunch to first step, noop ranks, {nproc} a node ({load()})")
@@ -161,10 +178,10 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path) -> None:
                 steps.mkdir()
                 env = {**os.environ, "STEP_DIR": str(steps)}
                 start = time.time()
-                started = launch(ours, nodes, nproc, script, steps, env)
-                codes = [node.wait(300) for node in started]
+                started = launch(ours, nodes, nproc, script, steps, env, conf=conf)
+                codes = wait_all(started, WAIT)
                 end = time.time() - start
-                assert codes == [0] * nodes, (ours, codes, started[0].lines[-5:])
+                assert codes == [0] * nodes, f"{ours} {codes}\n{last_words(started)}"
                 step = max(float(p.read_text()) for p in steps.glob("step-*")) - start
                 figures[ours].append((step, end))
         (s_step, s_end), (t_step, t_end) = (
@@ -176,18 +193,21 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path) -> None:
         )
 
 
-def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path) -> None:
+def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path, conf: str | None) -> None:
     script = tmp / "steady.py"
     script.write_text(STEADY)
     print(f"\nsafelaunch's operations on the job's store, healthy {seconds:g} s job ({load()})")
-    print(f"{'nodes':>5} {'ops/s':>8} {'bytes/s':>9} {'ops/s/node':>10} {'B/s/node':>9}  by op")
+    print(
+        f"{'nodes':>5} {'ops/s':>8} {'bytes/s':>9} {'ops/s/node':>10} {'B/s/node':>9}"
+        f" {'node 0 ops/s':>12} {'B/s':>7} {'other ops/s':>11} {'B/s':>5}  by op"
+    )
     for nodes in nodes_list:
         counts = tmp / f"counts-{nodes}"
         counts.mkdir()
         env = {**os.environ, "SECONDS_": str(seconds), "SAFELAUNCH_STORE_COUNTS": str(counts)}
-        started = launch(True, nodes, nproc, script, counts, env)
-        codes = [node.wait(300 + seconds) for node in started]
-        assert codes == [0] * nodes, (codes, started[0].lines[-5:])
+        started = launch(True, nodes, nproc, script, counts, env, conf=conf)
+        codes = wait_all(started, WAIT + seconds)
+        assert codes == [0] * nodes, f"{codes}\n{last_words(started)}"
         records = [json.loads(p.read_text()) for p in counts.glob("store-*.json")]
         assert len(records) == nodes
         span = max(r["seconds"] for r in records)
@@ -195,9 +215,16 @@ def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path) -> None:
         ops = sum(by_op.values()) / span
         size = sum(r["ops"][op][1] for r in records for op in r["ops"]) / span
         ops_text = " ".join(f"{op}={n / span:.0f}" for op, n in by_op.items())
+
+        def rate(record: dict, what: int) -> float:
+            return sum(entry[what] for entry in record["ops"].values()) / record["seconds"]
+
+        first = next(r for r in records if r["node"] == 0)
+        other = max((r for r in records if r["node"] != 0), key=lambda r: rate(r, 0))
         print(
             f"{nodes:>5} {ops:>8.0f} {size:>9.0f} {ops / nodes:>10.1f} {size / nodes:>9.0f}"
-            f"  {ops_text}"
+            f" {rate(first, 0):>12.1f} {rate(first, 1):>7.0f} {rate(other, 0):>11.1f}"
+            f" {rate(other, 1):>5.0f}  {ops_text}"
         )
 
 
@@ -221,7 +248,7 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str, conf: str 
         where = tmp / f"hang-{nodes}"
         env = {**os.environ, "HANG_RANK": str(culprit), "PIDS_DIR": str(tmp)}
         started = launch(True, nodes, nproc, MULTINODE, where, env, ("--hang-timeout=3",), conf)
-        [node.wait(300) for node in started]
+        wait_all(started, WAIT)
         deadline = min(t for n in started if (t := n.first("hang: no rank made progress")))
         last = max(t for n in started if (t := n.first(f"job ({nodes} nodes): HUNG")))
         printed, found = same_verdict(started, nodes)
@@ -242,7 +269,7 @@ def verdict(nodes_list: list[int], nproc: int, tmp: Path, kinds: str, conf: str 
                 time.sleep(0.5)
             os.killpg(started[nodes // 2].proc.pid, signal.SIGKILL)
             killed = time.time()
-        [node.wait(300) for node in started]
+        wait_all(started, WAIT)
         alive = [n for i, n in enumerate(started) if kind == "fail" or i != nodes // 2]
         printed, found = same_verdict(alive, nodes)
         shown = next(iter(found))[:90] if len(found) == 1 else found
@@ -297,21 +324,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--kinds", default="hang,fail,lost", help="verdict: which faults")
     parser.add_argument(
-        "--slow", action="store_true", help="verdict: torch's keep-alive, not FAST (a loaded host)"
+        "--slow", action="store_true", help="torch's keep-alive (5 s x 3), not FAST (1 s x 3)"
     )
     parser.add_argument("--smoke", action="store_true", help="10 s windows")
     args = parser.parse_args()
     seconds = 10.0 if args.smoke else args.seconds
     nodes_list = [int(n) for n in args.nodes.split(",")]
+    conf = None if args.slow else FAST
+    print(f"keep-alive: {'torch defaults' if conf is None else conf}")
     with tempfile.TemporaryDirectory() as where:
         tmp = Path(where)
         for what in args.what.split(","):
             if what == "rdzv":
-                rdzv(nodes_list, args.nproc, args.repeat, tmp)
+                rdzv(nodes_list, args.nproc, args.repeat, tmp, conf)
             elif what == "store":
-                store(nodes_list, args.nproc, seconds, tmp)
+                store(nodes_list, args.nproc, seconds, tmp, conf)
             elif what == "verdict":
-                verdict(nodes_list, args.nproc, tmp, args.kinds, None if args.slow else FAST)
+                verdict(nodes_list, args.nproc, tmp, args.kinds, conf)
             elif what == "cpu":
                 cpu(8 if args.nproc == 2 else args.nproc, seconds, tmp)
 

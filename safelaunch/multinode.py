@@ -60,9 +60,16 @@ def _host(config: LaunchConfig) -> str:
 def _say_placed(console: Console, membership: Membership, host: str, nproc: int) -> None:
     place = membership.placement
     last = place.base_rank + nproc - 1
+    # Only node 0 reads every node's live snapshot (rendezvous/live_exchange.py)
+    where = (
+        ""
+        if membership.judges
+        else f"; `safelaunch status` shows this node's ranks here, every node's on "
+        f"{membership.describe(0)}"
+    )
     console.say(
         f"node {place.node} of {place.nodes} ({host}): ranks {place.base_rank}-{last} of "
-        f"{place.world_size}; every node checked alike (torch, CUDA, NCCL, driver, GPUs)"
+        f"{place.world_size}; every node checked alike (torch, CUDA, NCCL, driver, GPUs)" + where
     )
 
 
@@ -159,11 +166,17 @@ def conclude(
     shutdown_timeout: float,
     changes: Sequence[Mapping[str, Any]] = (),
 ) -> JobVerdict:
-    """Every node's summary exchanged; the same verdict drawn on every node, and reported.
+    """Every node's summary to node 0, which judges; the same verdict on every node, reported.
+
+    Node 0 reads every summary and publishes the verdict; the others read that one
+    record (O(N) in all, not every node reading every summary). When node 0 gives none
+    (it was lost, or a signal stopped its wait) every other node judges from every
+    summary itself, by the same rule, as every node did before.
 
     `report`: this node's report.json content for the attempt; the verdict is added to
     it as `job` and the file rewritten.
     """
+    from safelaunch.diagnose import job_json
     from safelaunch.diagnose.nodes import conclude_job, node_summary, read_summary
     from safelaunch.report import job_record, write_report
 
@@ -171,14 +184,27 @@ def conclude(
     mine = node_summary(report, outcome, diagnosis, place.node, place.hosts[place.node])
     timeout = shutdown_timeout + membership.lost_after + END_SLACK
     waiting = WaitForNodes(console, receiver, membership)
-    sent = membership.end_attempt(outcome.attempt, mine, timeout, waiting)
-    summaries = [read_summary(s) for s in sent]
-    if waiting.interrupted is not None:
-        job = _stopped_waiting(console, membership, waiting.interrupted, summaries)
-    else:
-        job = conclude_job(
-            summaries, place.hosts, membership.first_stop(outcome.attempt), membership.lost_after
-        )
+    job = None
+    if not membership.judges:
+        text, missing = membership.await_verdict(outcome.attempt, mine, timeout, waiting)
+        if waiting.interrupted is not None:
+            job = _stopped_waiting(console, membership, waiting.interrupted, missing)
+        elif text is not None:
+            job = job_json.from_json(text)
+    if job is None:
+        sent = membership.end_attempt(outcome.attempt, mine, timeout, waiting)
+        summaries = [read_summary(s) for s in sent]
+        if waiting.interrupted is not None:
+            missing = [n for n, s in enumerate(summaries) if s is None]
+            job = _stopped_waiting(console, membership, waiting.interrupted, missing)
+        else:
+            first = membership.first_stop(outcome.attempt)
+            job = conclude_job(summaries, place.hosts, first, membership.lost_after)
+            # read back as the others read it: report.json's `job` is the same everywhere
+            job = job_json.from_json(job_json.to_json(job)) or job
+        if membership.judges:
+            stopped = waiting.interrupted is not None
+            membership.publish_verdict(outcome.attempt, None if stopped else job_json.to_json(job))
     if job.lines:  # its "exit code" line is the caller's: the last line printed
         console.say(f"job ({place.nodes} nodes): " + "\n  ".join(job.lines))
     report["job"] = job_record(place, job)
@@ -213,14 +239,14 @@ class WaitForNodes:
 
 
 def _stopped_waiting(
-    console: Console, membership: Membership, signum: int, summaries: Sequence[object | None]
+    console: Console, membership: Membership, signum: int, missing: Sequence[int]
 ) -> JobVerdict:
     """A signal while this node waited for the others: its own stop, said as such."""
     from safelaunch.diagnose.nodes import JobVerdict
     from safelaunch.outcome import AttemptStatus
 
-    missing = [membership.describe(n) for n, s in enumerate(summaries) if s is None]
-    console.say(f"received {signal_name(signum)} while waiting for {', '.join(missing)}: stopping")
+    names = ", ".join(membership.describe(n) for n in missing)
+    console.say(f"received {signal_name(signum)} while waiting for {names}: stopping")
     return JobVerdict(
         status=AttemptStatus.INTERRUPTED, code=exitcodes.for_signal(signum), lines=(), lost=()
     )

@@ -543,3 +543,19 @@ def test_a_nodes_ambiguous_evidence_stays_ambiguous_across_the_store() -> None:
     shipped = unpack(1, "h1", json.loads(json.dumps(pack([], decide([tie, first])))))
     assert shipped is not None and [i.ambiguous for i in shipped.items] == [True, False]
     assert decide(shipped.items).culprits == ()
+
+
+def test_torchs_rendezvous_runs_on_a_fresh_thread_with_its_result_or_error() -> None:
+    """torch names each rendezvous step with inspect.stack(): a shallow stack keeps that
+    cheap under `python -m` (torchstore.on_fresh_thread); what it returns or raises comes
+    back to the caller."""
+    from safelaunch.rendezvous.torchstore import on_fresh_thread
+
+    caller = threading.current_thread()
+    assert on_fresh_thread(lambda: threading.current_thread() is not caller)
+
+    def fails() -> None:
+        raise TimeoutError("no quorum")
+
+    with pytest.raises(TimeoutError, match="no quorum"):
+        on_fresh_thread(fails)

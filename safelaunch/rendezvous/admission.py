@@ -13,7 +13,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from safelaunch.rendezvous.membership import Membership, NodeWatch
+from safelaunch.rendezvous.live_exchange import Shared
+from safelaunch.rendezvous.membership import Membership
+from safelaunch.rendezvous.nodewatch import NodeWatch
 from safelaunch.rendezvous.stops import NodeStop, nodes_joining
 
 # Each look reads torch's rendezvous state from the store (one get): torchrun's agent
@@ -60,7 +62,7 @@ class AdmitWatch:
     def announce(self, stop: NodeStop) -> None:
         self._nodes.announce(stop)
 
-    def share(self, snapshot: str) -> dict[int, str]:
+    def share(self, snapshot: str) -> Shared:
         return self._nodes.share(snapshot)
 
 

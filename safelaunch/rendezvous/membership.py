@@ -11,16 +11,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement
+from safelaunch.rendezvous.liveness import WATCHER, Liveness
 from safelaunch.rendezvous.rounds import Round
-from safelaunch.rendezvous.stops import NodeStop, StopKind, from_json
+from safelaunch.rendezvous.stops import NodeStop, from_json
 from safelaunch.vocab import StrEnum
+
+if TYPE_CHECKING:
+    from safelaunch.rendezvous.nodewatch import NodeWatch
 
 POLL = 0.1  # seconds between looks at the store while waiting
 LOOK_EVERY = 0.5  # seconds between per-node looks (who is missing, who is lost) in a gather
+NAMED = 16  # at most this many nodes named in what node 0 publishes of whom it waits for
 
 
 class KeyValue(Protocol):
@@ -80,7 +85,8 @@ class Membership:
         self._joined = joined
         self.lost_after = lost_after
         self._beat_every = beat_every
-        self._seen: dict[int, tuple[int, float]] = {}  # node -> (counter, when it last changed)
+        self._liveness: Liveness | None = None
+        self._arrived: set[str] = set()  # the gathers this node has arrived at
         self._stop_beating = threading.Event()
         self._beater: threading.Thread | None = None
         self._workers_store: Any = None  # node 0: the TCPStore of the current attempt's ranks
@@ -105,22 +111,30 @@ class Membership:
         self._beater.start()
 
     def lost_nodes(self, now: float) -> list[int]:
-        """Nodes whose liveness counter has not moved for `lost_after` seconds."""
-        lost = []
-        for node in range(self.placement.nodes):
-            if node == self.placement.node:
-                continue
-            count = self._store.add(f"alive/{node}", 0)
-            last = self._seen.get(node)
-            if last is None or last[0] != count:
-                self._seen[node] = (count, now)
-            elif now - last[1] > self.lost_after:
-                lost.append(node)
-        return lost
+        """Nodes whose liveness counter has not moved for `lost_after` seconds: node 0 reads
+        the counters and publishes the list, the others read it (liveness.py)."""
+        return self._view().lost(now)
+
+    def _view(self) -> Liveness:
+        """This round's liveness view (a next round, elastic, has its own store and nodes)."""
+        place, view = self.placement, self._liveness
+        if view is None or not view.serves(self._store, place.node, place.nodes, self.lost_after):
+            view = Liveness(self._store, place.node, place.nodes, self.lost_after, self._beat_every)
+            self._liveness = view
+        return view
+
+    @property
+    def judges(self) -> bool:
+        """This node judges the job and publishes the verdict (node 0 of the round)."""
+        return self.placement.node == WATCHER
 
     @property
     def beat_every(self) -> float:
         return self._beat_every
+
+    @property
+    def store(self) -> KeyValue:
+        return self._store
 
     def describe(self, node: int) -> str:
         return f"node {node} ({self.placement.hosts[node]})"
@@ -138,16 +152,20 @@ class Membership:
 
     def start_attempt(self, attempt: int, go: bool, timeout: float) -> tuple[list[int], list[int]]:
         """Every node says whether it starts `attempt`: (nodes that stop, nodes missing)."""
+        name = f"attempt/{attempt}/start"
         try:
-            values = self.gather(
-                f"attempt/{attempt}/start", StartVote.GO if go else StartVote.STOP, timeout
-            )
+            if not go:  # counted before arriving: whoever sees every node arrived sees it
+                self._store.add(f"{name}/stopping", 1)
+            keys = self._arrive(name, StartVote.GO if go else StartVote.STOP)
+            missing = self._await(name, keys, timeout, None)
+            if self._store.add(f"{name}/stopping", 0) == 0:
+                return [], sorted(missing)
+            values = self._values(keys, missing)
         except Exception:
             others = [n for n in range(self.placement.nodes) if n != self.placement.node]
             return [], others
         stopping = [n for n, v in enumerate(values) if v == StartVote.STOP]
-        missing = [n for n, v in enumerate(values) if v is None]
-        return stopping, missing
+        return stopping, sorted(missing)
 
     def gather(
         self, name: str, mine: str, timeout: float, until: Waiting | None = None
@@ -158,42 +176,64 @@ class Membership:
         With `until`, a node whose launcher lives is waited for past `timeout`: its
         ranks still run (see end_attempt).
         """
+        keys = self._arrive(name, mine)
+        return self._values(keys, self._await(name, keys, timeout, until))
+
+    def _arrive(self, name: str, mine: str) -> list[str]:
+        """This node's value for `name` out, counted once (a fallback may arrive again)."""
         keys = [f"{name}/{node}" for node in range(self.placement.nodes)]
         self._store.set(keys[self.placement.node], mine)
-        # One counter the waiting nodes poll: one operation per look, not one per node (a
-        # per-key look from every node, ten times a second, grew with the square of nodes).
+        if name not in self._arrived:
+            self._arrived.add(name)
+            self._store.add(f"{name}/arrived", 1)
+        return keys
+
+    def _await(self, name: str, keys: list[str], timeout: float, until: Waiting | None) -> set[int]:
+        """Until every node arrived at `name`: the nodes that did not (lost, or late).
+
+        One counter polled, not every node's key (that grew with the square of nodes);
+        a node's own key is looked at only for `until` (whom it waits for) and for the
+        nodes found lost (is every missing node a lost one?).
+        """
         arrived = f"{name}/arrived"
-        self._store.add(arrived, 1)
         started = time.monotonic()
         deadline = started + timeout
-        missing: set[int] = set(range(self.placement.nodes))
+        missing = list(range(self.placement.nodes))
         next_look = started
         while True:
             now = time.monotonic()
-            if self._store.add(arrived, 0) >= len(keys) and self._store.check(keys):
-                missing = set()
-                break
+            if self._store.add(arrived, 0) >= len(keys):
+                return set()
             if now >= next_look:  # who is missing, and lost: twice a second
                 next_look = now + LOOK_EVERY
-                missing = {n for n, key in enumerate(keys) if not self._store.check([key])}
-                if not missing:
-                    break
-                if self._beater is not None and missing <= set(self.lost_nodes(now)):
+                if until is not None:
+                    missing = [n for n, key in enumerate(keys) if not self._store.check([key])]
+                    if not missing:
+                        return set()
+                if self._beater is not None and self._all_missing_lost(arrived, keys, now):
                     break
             if now > deadline and (until is None or self._beater is None):
                 break
-            if until is not None and until.poll(sorted(missing), now - started):
+            if until is not None and until.poll(missing, now - started):
                 break
             time.sleep(POLL)
-        missing = {n for n in missing if not self._store.check([keys[n]])}  # late arrivals
+        return {n for n, key in enumerate(keys) if not self._store.check([key])}  # late arrivals
+
+    def _all_missing_lost(self, arrived: str, keys: list[str], now: float) -> bool:
+        lost = self.lost_nodes(now)
+        if not lost:
+            return False
+        absent = len(keys) - self._store.add(arrived, 0)
+        return sum(not self._store.check([keys[n]]) for n in lost) >= absent
+
+    def _values(self, keys: list[str], missing: set[int]) -> list[str | None]:
         return [
             None if n in missing else self._store.get(key).decode() for n, key in enumerate(keys)
         ]
 
     def barrier(self, name: str, timeout: float) -> list[int]:
         """Wait for every node to reach `name`; the nodes that did not, in time."""
-        values = self.gather(name, "1", timeout)
-        return [node for node, value in enumerate(values) if value is None]
+        return sorted(self._await(name, self._arrive(name, "1"), timeout, None))
 
     # --- within an attempt ----------------------------------------------------
 
@@ -209,23 +249,10 @@ class Membership:
             return from_json(self._store.get(key).decode())
         return None
 
-    def exchange_live(self, attempt: int, snapshot: str) -> dict[int, str]:
-        """Publish this node's live snapshot; every other node's latest one, by node.
-
-        One small JSON per node, replaced every second or two: each launcher writes what
-        it pulls into its own run directory, so `status` on any node shows every node.
-        """
-        prefix = f"attempt/{attempt}/live"
-        self._store.set(f"{prefix}/{self.placement.node}", snapshot)
-        others = {}
-        for node in range(self.placement.nodes):
-            key = f"{prefix}/{node}"
-            if node != self.placement.node and self._store.check([key]):
-                others[node] = self._store.get(key).decode()
-        return others
-
     def watch(self, attempt: int) -> NodeWatch:
         """What the supervisor polls during an attempt."""
+        from safelaunch.rendezvous.nodewatch import NodeWatch
+
         return NodeWatch(self, attempt)
 
     def end_attempt(
@@ -239,13 +266,58 @@ class Membership:
         their --hang-timeout ends ranks that stop progressing, and a launcher that stops
         beating is lost after keep_alive_interval x keep_alive_max_attempt. `until` may
         end it early (a signal here). `timeout` only applies when liveness is unknown.
+        Node 0 publishes whom it waits for (the others say it: await_verdict).
         """
+        name = f"attempt/{attempt}/end"
+        if self.judges:
+            until = _Publishing(self._store, f"{name}/waiting", until)
         try:
-            values = self.gather(f"attempt/{attempt}/end", json.dumps(summary), timeout, until)
+            values = self.gather(name, json.dumps(summary), timeout, until)
         except Exception:  # the store itself is gone: so is the node that hosted it
             values = [None] * self.placement.nodes
             values[self.placement.node] = json.dumps(summary)
         return [json.loads(v) if v is not None else None for v in values]
+
+    def await_verdict(
+        self, attempt: int, summary: Mapping[str, Any], timeout: float, until: Waiting
+    ) -> tuple[str | None, list[int]]:
+        """Not node 0: this node's summary out, then node 0's verdict (its JSON text) and
+        the nodes node 0 last said it waits for.
+
+        None for the verdict when node 0 gives none: it is lost, it stopped waiting (a
+        signal there), or the store failed; the caller then judges from every node's
+        summary as node 0 would have (end_attempt). Bounded as end_attempt is.
+        """
+        name = f"attempt/{attempt}/end"
+        verdict, waiting = f"attempt/{attempt}/verdict", f"{name}/waiting"
+        missing = [WATCHER]  # until node 0 says more: it is still at its own ranks
+        try:
+            self._arrive(name, json.dumps(summary))
+            started = time.monotonic()
+            next_look = started
+            while True:
+                now = time.monotonic()
+                if self._store.check([verdict]):
+                    return self._store.get(verdict).decode() or None, missing
+                if now >= next_look:
+                    next_look = now + LOOK_EVERY
+                    if WATCHER in self.lost_nodes(now):
+                        return None, missing
+                    if self._store.check([waiting]):
+                        said = json.loads(self._store.get(waiting).decode())
+                        missing = [n for n in said if n != self.placement.node] or missing
+                if now > started + timeout and self._beater is None:
+                    return None, missing
+                if until.poll(missing, now - started):
+                    return None, missing
+                time.sleep(POLL)
+        except Exception:  # the store is gone, or node 0 wrote what this node cannot read
+            return None, missing
+
+    def publish_verdict(self, attempt: int, verdict: str | None) -> None:
+        """Node 0: the job's verdict for the others (None: none, each judges for itself)."""
+        with contextlib.suppress(Exception):  # the others find node 0 silent, and judge
+            self._store.set(f"attempt/{attempt}/verdict", verdict or "")
 
     def first_stop(self, attempt: int) -> NodeStop | None:
         """The first node's announcement in this attempt, if the store still answers."""
@@ -281,7 +353,8 @@ class Membership:
         self._stop_beating.set()
         self._workers_store = None
         self.placement, self._store, self._joined = fresh.placement, fresh._store, fresh._joined
-        self.lost_after, self._beat_every, self._seen = fresh.lost_after, fresh._beat_every, {}
+        self.lost_after, self._beat_every = fresh.lost_after, fresh._beat_every
+        self._liveness, self._arrived = None, fresh._arrived
         self.round = fresh.round
         self._stop_beating, self._beater = fresh._stop_beating, fresh._beater
 
@@ -312,67 +385,15 @@ class Membership:
                 write_counts(self.placement.node)
 
 
-class NodeWatch:
-    """Polled by the supervisor each tick: has another node stopped, or vanished?"""
+class _Publishing:
+    """Node 0's wait: whom it waits for, published when that changes (at most NAMED)."""
 
-    def __init__(self, membership: Membership, attempt: int, every: float = 0.5) -> None:
-        self._membership = membership
-        self._attempt = attempt
-        self._every = every
-        self._next = 0.0
-        # The liveness counters move once a beat: a look at every node's more often than
-        # that reads nothing new, and each look is one store operation per node.
-        self._look_every = max(every, membership.beat_every)
-        self._next_look = 0.0
-        self.announced = False
+    def __init__(self, store: KeyValue, key: str, inner: Waiting | None) -> None:
+        self._store, self._key, self._inner = store, key, inner
+        self._said: list[int] | None = None
 
-    def poll(self) -> NodeStop | None:
-        """Why this node's ranks must stop now, or None."""
-        now = time.monotonic()
-        if now < self._next:
-            return None
-        self._next = now + self._every
-        membership = self._membership
-        try:
-            stop = membership.stop_requested(self._attempt)
-            if stop is not None:
-                return stop
-            lost = []
-            if now >= self._next_look:
-                self._next_look = now + self._look_every
-                lost = membership.lost_nodes(now)
-        except Exception as exc:
-            return NodeStop(
-                kind=StopKind.STORE_LOST,
-                node=None,
-                attempt=self._attempt,
-                text=f"lost contact with the rendezvous store ({type(exc).__name__}: {exc})",
-            )
-        if lost:
-            names = ", ".join(membership.describe(n) for n in lost)
-            return NodeStop(
-                kind=StopKind.NODES_LOST,
-                node=None,
-                attempt=self._attempt,
-                text=f"{names} stopped answering for more than {membership.lost_after:g} s "
-                "(its launcher died, or the network between the nodes failed)",
-            )
-        return None
-
-    def share(self, snapshot: str) -> dict[int, str]:
-        """This node's live snapshot (for `safelaunch status`) out, the others' latest in.
-
-        A store that stopped answering leaves status with the last copies it got.
-        """
-        try:
-            return self._membership.exchange_live(self._attempt, snapshot)
-        except Exception:
-            return {}
-
-    def announce(self, stop: NodeStop) -> None:
-        """This node stops the attempt: tell the others (once)."""
-        if self.announced:
-            return
-        self.announced = True
-        with contextlib.suppress(Exception):  # else the others find this node silent
-            self._membership.announce_stop(self._attempt, stop)
+    def poll(self, missing: list[int], waited: float) -> bool:
+        if missing != self._said:
+            self._said = list(missing)
+            self._store.set(self._key, json.dumps(missing[:NAMED]))
+        return self._inner is not None and self._inner.poll(missing, waited)

@@ -12,7 +12,8 @@ import json
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, RdzvBackend
@@ -23,6 +24,7 @@ STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
 # A directory: at the end, each launcher writes there what it asked of the job's store
 # (bench/scale.py reads it). Counting costs two integer additions per operation.
 COUNTS_ENV = "SAFELAUNCH_STORE_COUNTS"
+_T = TypeVar("_T")
 
 
 class TextStore:
@@ -149,6 +151,34 @@ def rendezvous(config: LaunchConfig) -> tuple[Joined, TextStore]:
     return _round(config, handler, PrefixStore)
 
 
+def on_fresh_thread(call: Callable[[], _T]) -> _T:
+    """`call()` on a new thread while this one waits (signals still reach it here).
+
+    torch's c10d handler records an event at each step of its rendezvous, naming the step
+    with inspect.stack(), whose cost grows with the caller's stack: under `python -m
+    safelaunch` each of runpy's two frozen frames is a scan of sys.modules, and one record
+    took 195 ms (9.6 ms from a script, 6 ms on a fresh thread; 2 cores, load 22). With 16
+    launchers on 2 cores their keep-alives then came later than keep_alive_max_attempt
+    allows, torch dropped them as dead, and the rendezvous never completed.
+    """
+    result: list[_T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            error.append(exc)
+
+    thread = threading.Thread(target=run, name="safelaunch-rendezvous", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if error:
+        raise error[0]
+    return result[0]
+
+
 def _failed(config: LaunchConfig, exc: Exception) -> RendezvousError:
     where = (
         config.rdzv_endpoint
@@ -172,7 +202,7 @@ def _round(config: LaunchConfig, handler: Any, prefix_store: Any) -> tuple[Joine
     votes, whichever node joined when.
     """
     try:
-        info = handler.next_rendezvous()
+        info = on_fresh_thread(handler.next_rendezvous)
     except Exception as exc:
         raise _failed(config, exc) from None
     store_info = info.bootstrap_store_info

@@ -11,6 +11,7 @@ from safelaunch.console import Console, Level
 from safelaunch.hangs.detection import HangEvidence, Survivors
 from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import LaunchPlan
+from safelaunch.rendezvous.live_exchange import Shared
 from safelaunch.rendezvous.stops import NodeStop
 from safelaunch.rundir import rank_logs
 from safelaunch.supervisor.teardown import TeardownCause
@@ -25,8 +26,8 @@ class PeerWatch(Protocol):
     def announce(self, stop: NodeStop) -> None:
         """This node is stopping its ranks: tell the others."""
 
-    def share(self, snapshot: str) -> dict[int, str]:
-        """This node's live snapshot out; every other node's latest one in (by node)."""
+    def share(self, snapshot: str) -> Shared:
+        """This node's live snapshot out; node 0: every other node's latest one in."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,9 +3,9 @@ it (for the timeline in report.html / timeline.json, safelaunch.view).
 
 Every second or two the supervisor hands this watcher what it already has (each rank's
 heartbeat record, last output, exit); it writes the node's snapshot (rundir/live_file.py). On
-several nodes it also shares that snapshot through the store and writes the other nodes'
-copies beside it, so `status` on any node reads plain files: no torch, no store client,
-and nothing that could disturb the job.
+several nodes it also publishes that snapshot through the store; node 0 writes the other
+nodes' copies beside its own (rendezvous/live_exchange.py), so `status` reads plain files:
+no torch, no store client, and nothing that could disturb the job.
 
 The heartbeat records stay in the private (0700) directory; the snapshot holds what
 status shows, in a file created like the ranks' logs (the run directory's permissions
@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
+from safelaunch.rendezvous.live_exchange import Shared, hang_said
 from safelaunch.rundir import heartbeat_file, live_file
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.rundir.writing import Writer
@@ -47,9 +48,9 @@ class HangState(Protocol):
 
 
 class Sharing(Protocol):
-    """Multi-node: this node's snapshot out, the other nodes' latest in (NodeWatch)."""
+    """Multi-node: this node's snapshot out; node 0: the others' in (NodeWatch)."""
 
-    def share(self, snapshot: str) -> dict[int, str]: ...
+    def share(self, snapshot: str) -> Shared: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +105,7 @@ class LiveState:
         self._host = socket.gethostname()
         self.hang: HangState | None = None  # the attempt's hang watch, once built
         self._peer_hangs: dict[int, PeerHang] = {}  # node -> what its last snapshot said
+        self._digest: dict[int, PeerHang | None] | None = None  # not node 0: node 0's digest
         try:
             live_file.directory(plan.attempt_dir).mkdir(exist_ok=True)
         except OSError:
@@ -119,22 +121,30 @@ class LiveState:
         text = json.dumps(snapshot)
         self._write(live_file.snapshot(self._plan.attempt_dir, self._node), text)
         if self._sharing is not None:
-            for node, other in self._sharing.share(text).items():
+            shared = self._sharing.share(text)
+            for node, other in shared.snapshots.items():
                 if node != self._node:
                     self._write(live_file.snapshot(self._plan.attempt_dir, node), other)
                     self._note_peer(node, other)
+            if shared.hangs:  # else none published yet, or the store failed: the last stands
+                self._digest = {
+                    n: None if said is None else PeerHang(deadline=said[0], quiet=said[1])
+                    for n, said in shared.hangs.items()
+                }
 
     def _note_peer(self, node: int, text: str) -> None:
-        try:
-            said = json.loads(text)
-            deadline, quiet = said["hang_deadline_s"], said["hang_quiet_s"]
-        except (ValueError, KeyError, TypeError):
-            return  # not one of ours, or its watch said nothing yet: not heard from
-        if isinstance(deadline, (int, float)) and isinstance(quiet, (int, float)):
-            self._peer_hangs[node] = PeerHang(deadline=float(deadline), quiet=float(quiet))
+        said = hang_said(text)
+        if said is not None:  # else not one of ours, or its watch said nothing yet
+            self._peer_hangs[node] = PeerHang(deadline=said[0], quiet=said[1])
 
     def peer_hangs(self) -> dict[int, PeerHang | None]:
-        """Every other node's hang watch as its last shared snapshot said; None: not heard."""
+        """The other nodes' hang watches as their last shared snapshots said; None: not heard.
+
+        Node 0 has them all; another node has node 0's digest of them, the entries on
+        which HangWatch's rules depend (the longest deadlines, the least quiet, the
+        first not heard from)."""
+        if self._digest is not None:
+            return dict(self._digest)
         nodes = int(self._plan.workers[0].env.get("GROUP_WORLD_SIZE", "1"))
         return {n: self._peer_hangs.get(n) for n in range(nodes) if n != self._node}
 

@@ -1,0 +1,106 @@
+"""Which nodes' launchers stopped beating: one watcher reads the counters, the others one key.
+
+Every launcher adds to its `alive/<node>` counter once a beat (membership.py). Node 0 of
+the round, the watcher, reads every other node's counter once a beat and publishes the
+nodes lost in `lost` (a JSON list, written when it changes). Every other node reads
+that one key, and node 0's counter once a beat: the store's work is O(N) in all, not
+every node reading every counter (N^2). A node that finds node 0 itself lost reads
+every counter as node 0 did (the rule is the same: a counter that has not moved for
+`lost_after` seconds), so a lost watcher is found, and the nodes it would have named.
+
+The published list is read at the caller's pace (the supervisor's, every 0.5 s): what
+node 0 finds reaches the others within that, the counters being looked at no more
+often than they can move.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Protocol
+
+WATCHER = 0  # the node that reads every counter
+LOST_KEY = "lost"
+
+
+class Counters(Protocol):
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def add(self, key: str, amount: int) -> int: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+
+def alive_key(node: int) -> str:
+    return f"alive/{node}"
+
+
+class Liveness:
+    """This node's view of which other nodes are lost (see the module docstring)."""
+
+    def __init__(
+        self, store: Counters, node: int, nodes: int, lost_after: float, beat_every: float
+    ) -> None:
+        self.store = store
+        self.node = node
+        self.nodes = nodes
+        self.lost_after = lost_after
+        self._beat_every = beat_every
+        self._seen: dict[int, tuple[int, float]] = {}  # node -> (counter, when it last moved)
+        self._next_look = 0.0
+        self._found: list[int] = []  # from this node's own look at the counters
+        self._published: list[int] | None = None  # what the watcher last wrote (watcher only)
+
+    def serves(self, store: Counters, node: int, nodes: int, lost_after: float) -> bool:
+        """Still the view of this round (an elastic job's next round has its own)."""
+        return (self.store, self.node, self.nodes, self.lost_after) == (
+            store,
+            node,
+            nodes,
+            lost_after,
+        )
+
+    def lost(self, now: float) -> list[int]:
+        """The other nodes lost as far as this node knows now."""
+        if now >= self._next_look:  # the counters move once a beat: no use looking more often
+            self._next_look = now + self._beat_every
+            watched = range(self.nodes) if self.node == WATCHER else [WATCHER]
+            self._found = self._look(watched, now)
+            if self.node != WATCHER and WATCHER in self._found:
+                self._found = self._look(range(self.nodes), now)  # the fallback: see above
+        if self.node == WATCHER:
+            self._publish(self._found)
+            return list(self._found)
+        if WATCHER in self._found:
+            return list(self._found)
+        return sorted(set(self._read_published()) - {self.node})
+
+    def _look(self, nodes: range | list[int], now: float) -> list[int]:
+        lost = []
+        for node in nodes:
+            if node == self.node:
+                continue
+            count = self.store.add(alive_key(node), 0)
+            last = self._seen.get(node)
+            if last is None or last[0] != count:
+                self._seen[node] = (count, now)
+            elif now - last[1] > self.lost_after:
+                lost.append(node)
+        return lost
+
+    def _publish(self, lost: list[int]) -> None:
+        if lost != (self._published or []):
+            self.store.set(LOST_KEY, json.dumps(lost))
+            self._published = list(lost)
+
+    def _read_published(self) -> list[int]:
+        if not self.store.check([LOST_KEY]):
+            return []
+        try:
+            found = json.loads(self.store.get(LOST_KEY).decode())
+        except ValueError:
+            return []
+        if not isinstance(found, list):
+            return []
+        return [n for n in found if isinstance(n, int) and 0 <= n < self.nodes]

@@ -1,0 +1,79 @@
+"""What the supervisor polls during an attempt: has another node stopped, or vanished?
+
+It also carries this node's live snapshot out (and, on node 0, the others' in:
+live_exchange.py). Each poll is one look at the stop announcement; the liveness
+counters are looked at once a beat (liveness.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from safelaunch.rendezvous.live_exchange import Shared, share
+from safelaunch.rendezvous.stops import NodeStop, StopKind
+
+if TYPE_CHECKING:
+    from safelaunch.rendezvous.membership import Membership
+
+
+class NodeWatch:
+    """Polled by the supervisor each tick: has another node stopped, or vanished?"""
+
+    def __init__(self, membership: Membership, attempt: int, every: float = 0.5) -> None:
+        self._membership = membership
+        self._attempt = attempt
+        self._every = every
+        self._next = 0.0
+        self.announced = False
+
+    def poll(self) -> NodeStop | None:
+        """Why this node's ranks must stop now, or None."""
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self._every
+        membership = self._membership
+        try:
+            stop = membership.stop_requested(self._attempt)
+            if stop is not None:
+                return stop
+            lost = membership.lost_nodes(now)  # the counters: once a beat (liveness.py)
+        except Exception as exc:
+            return NodeStop(
+                kind=StopKind.STORE_LOST,
+                node=None,
+                attempt=self._attempt,
+                text=f"lost contact with the rendezvous store ({type(exc).__name__}: {exc})",
+            )
+        if lost:
+            names = ", ".join(membership.describe(n) for n in lost)
+            return NodeStop(
+                kind=StopKind.NODES_LOST,
+                node=None,
+                attempt=self._attempt,
+                text=f"{names} stopped answering for more than {membership.lost_after:g} s "
+                "(its launcher died, or the network between the nodes failed)",
+            )
+        return None
+
+    def share(self, snapshot: str) -> Shared:
+        """This node's live snapshot (for `safelaunch status`) out; node 0: the others' in
+        (live_exchange.py).
+
+        A store that stopped answering leaves status with the last copies it got.
+        """
+        place = self._membership.placement
+        try:
+            return share(self._membership.store, place.node, place.nodes, self._attempt, snapshot)
+        except Exception:
+            return Shared(snapshots={}, hangs={})
+
+    def announce(self, stop: NodeStop) -> None:
+        """This node stops the attempt: tell the others (once)."""
+        if self.announced:
+            return
+        self.announced = True
+        with contextlib.suppress(Exception):  # else the others find this node silent
+            self._membership.announce_stop(self._attempt, stop)
