@@ -27,7 +27,6 @@ def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
     finds odd (even only by another line) broke the order, and are the cycle's culprits;
     where it finds none inside the cycle, the cycle is "one of these".
     """
-
     if not ledgers:
         return []
     comparison = compare_ledgers(ledgers)
