@@ -149,9 +149,10 @@ def diagnose(
         return Diagnosis(root_cause=None, error=None, non_finite=non_finite, stragglers=stragglers)
     from safelaunch.diagnose.errortext import last_lines
     from safelaunch.diagnose.leaving import (
+        leaves_of,
+        lingering_of,
         read_counts,
-        read_leaves,
-        read_lingering,
+        read_exits,
         read_seqs,
         thread_places,
     )
@@ -159,8 +160,8 @@ def diagnose(
     from safelaunch.flights.forensics import for_attempt
     from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang, where_they_were
 
-    lingering = read_lingering(heartbeat_dir)
-    threads = thread_places(heartbeat_dir)
+    exits = read_exits(heartbeat_dir)  # the ranks' exit records, read once
+    lingering, threads = lingering_of(exits), thread_places(exits)
     hang = analyse_hang(outcome, lingering)
     survivors = where_they_were(outcome.survivors.evidence, lingering) if outcome.survivors else ()
     # torch's analyser costs an import of torch: only when something went wrong
@@ -185,7 +186,7 @@ def diagnose(
             stragglers=stragglers,
             survivors=survivors,
         )
-    leaves = read_leaves(heartbeat_dir)
+    leaves = leaves_of(exits)
     beats = read_counts(heartbeat_dir, [r.rank for r in outcome.ranks])
     evidence = [evidence_of(r, texts[r.rank], leaves.get(r.rank), beats) for r in outcome.ranks]
     found = find_root_cause(evidence, table)

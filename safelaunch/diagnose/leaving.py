@@ -91,22 +91,29 @@ def still_running(leave: Leave) -> str | None:
     )
 
 
+def read_exits(heartbeat_dir: Path | None) -> dict[int, Leave]:
+    """Every exit record the ranks wrote, by rank (those that raised too): read once, for
+    lingering_of, thread_places and leaves_of."""
+    return {rank: _leave(record) for rank, record in exit_file.read_all(heartbeat_dir).items()}
+
+
 def read_lingering(heartbeat_dir: Path | None) -> dict[int, str]:
+    """lingering_of the ranks' exit records."""
+    return lingering_of(read_exits(heartbeat_dir))
+
+
+def lingering_of(exits: Mapping[int, Leave]) -> dict[int, str]:
     """Ranks whose script ended while non-daemon threads kept running, with why
     (still_running), by rank: those that raised too."""
-    found = {}
-    for rank, record in exit_file.read_all(heartbeat_dir).items():
-        if (why := still_running(_leave(record))) is not None:
-            found[rank] = why
-    return found
+    return {rank: why for rank, leave in exits.items() if (why := still_running(leave))}
 
 
-def thread_places(heartbeat_dir: Path | None) -> dict[int, str]:
-    """Where the one place its lingering non-daemon threads are, by rank (read_lingering's
+def thread_places(exits: Mapping[int, Leave]) -> dict[int, str]:
+    """Where the one place its lingering non-daemon threads are, by rank (lingering_of's
     ranks whose threads are all at one line)."""
     found = {}
-    for rank, record in exit_file.read_all(heartbeat_dir).items():
-        places = {where for _, where in _leave(record).threads}
+    for rank, leave in exits.items():
+        places = {where for _, where in leave.threads}
         if len(places) == 1 and (place := places.pop()) is not None:
             found[rank] = place
     return found
@@ -126,13 +133,14 @@ def _count(value: object) -> int | None:
 
 
 def read_leaves(heartbeat_dir: Path | None) -> dict[int, Leave]:
-    """Every exit record the ranks wrote for code that ended without an uncaught error;
-    empty when there are none (a rank that raised left its error)."""
-    return {
-        rank: _leave(record)
-        for rank, record in exit_file.read_all(heartbeat_dir).items()
-        if record.how != LeaveHow.RAISED
-    }
+    """leaves_of the ranks' exit records."""
+    return leaves_of(read_exits(heartbeat_dir))
+
+
+def leaves_of(exits: Mapping[int, Leave]) -> dict[int, Leave]:
+    """The exit records of code that ended without an uncaught error; empty when there
+    are none (a rank that raised left its error)."""
+    return {rank: leave for rank, leave in exits.items() if leave.how != LeaveHow.RAISED}
 
 
 def read_seqs(heartbeat_dir: Path | None, ranks: list[int]) -> dict[int, int]:
