@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
+from safelaunch.diagnose.loop_moves import Program, by_moves, program_of
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
 from safelaunch.vocab import StrEnum
@@ -138,7 +138,7 @@ def _first_divergence(
     blocked = {m for m in members if any(c.blocked for c in ledgers[m].calls)}
     start = max((min(c) for c in calls.values() if c), default=1)
     end = max((max(c) for c in calls.values() if c), default=0)
-    program = _program(ledgers, members, {c.where for m in members for c in calls[m].values()})
+    program = program_of(ledgers, members, {c.where for m in members for c in calls[m].values()})
     # the first place where they made the same call from other lines: its minority, or
     # why nobody is named there
     site: GroupDivergence | Undecided | None = None
@@ -204,21 +204,34 @@ def _by_majority(
     majority: Signature,
 ) -> GroupDivergence:
     agreeing = [m for m in voters if _short(at[m]) == majority]
+    return _odd_ones(group, members, count, at, voters, agreeing, Basis.MAJORITY)
+
+
+def _odd_ones(
+    group: str,
+    members: tuple[int, ...],
+    count: int,
+    at: Mapping[int, Call | None],
+    voters: Sequence[int],
+    agreeing: Sequence[int],
+    basis: Basis,
+    note: str = "",
+) -> GroupDivergence:
+    """The voters outside `agreeing` are odd, against what the first agreeing one called."""
     expected = at[agreeing[0]]
     odd = tuple(
         OddMember(rank=m, oddity=_oddity(at[m], expected), call=at[m])
         for m in voters
         if m not in agreeing
     )
-    text = _text(group, members, count, expected, agreeing, odd)
     return GroupDivergence(
         group=group,
         members=members,
         position=count,
         expected=expected,
         odd=odd,
-        basis=Basis.MAJORITY,
-        text=text,
+        basis=basis,
+        text=_text(group, members, count, expected, agreeing, odd) + note,
     )
 
 
@@ -240,7 +253,7 @@ def _by_own_loop(
             loops[m] = f"rank {m} every {period}"
             departs[m] = current != history[-period]
         else:  # not two whole periods yet: the moves the program made before
-            moved = _by_moves(m, count, calls, program)
+            moved = by_moves(m, count, calls, program)
             if moved is not None:
                 departs[m], loops[m] = moved
     odd_ranks = [m for m in voters if departs.get(m)]
@@ -286,82 +299,8 @@ def _by_site(
     if most == second:
         return None
     agreeing = [m for m in voters if where.get(m) == common]
-    expected = at[agreeing[0]]
-    odd = tuple(
-        OddMember(rank=m, oddity=Oddity.OTHER, call=at[m]) for m in voters if m not in agreeing
-    )
-    text = _text(group, members, count, expected, agreeing, odd) + " (the same call, another line)"
-    return GroupDivergence(
-        group=group,
-        members=members,
-        position=count,
-        expected=expected,
-        odd=odd,
-        basis=Basis.SITE,
-        text=text,
-    )
-
-
-@dataclass(frozen=True)
-class Program:
-    """What the other ranks' ledgers show the program doing at the members' lines: its
-    moves (one collective to the next) and its calls, group names left out (each rank has
-    subgroups of its own)."""
-
-    moves: frozenset[tuple[Signature, Signature]]
-    calls: frozenset[Signature]
-
-
-def _step(call: Call) -> Signature:
-    return (*call.signature(), call.where)
-
-
-START: Signature = ("", "", "start")  # before a rank's first call at these lines
-
-
-def _program(ledgers: Mapping[int, CallLedger], members: Sequence[int], sites: set[str]) -> Program:
-    moves: set[tuple[Signature, Signature]] = set()
-    made: set[Signature] = set()
-    for rank, ledger in ledgers.items():
-        if rank in members:
-            continue
-        steps = [
-            _step(c) for c in ledger.calls if c.kind == CallKind.COLLECTIVE and c.where in sites
-        ]
-        moves.update(pairwise([START, *steps]) if not ledger.truncated else pairwise(steps))
-        made.update(steps)
-    return Program(moves=frozenset(moves), calls=frozenset(made))
-
-
-def _by_moves(
-    member: int, count: int, calls: Mapping[int, Mapping[int, Call]], program: Program
-) -> tuple[bool, str] | None:
-    """Before two whole periods: (departs, why) from the moves the program made (the other
-    ranks', and this member's before `count`; from the start too), or None where they
-    cannot say. A move made before keeps to the loop; a call no rank ever made departs; so
-    does a move where, from the same call, the program only ever went elsewhere. A call
-    made before is no evidence by itself (a skipped call goes on to a known one), nor is
-    a move from a call the program never left yet (the first step's end)."""
-    mine = calls[member]
-    first = min(mine, default=count)
-    steps = [_step(c) for k in range(first, count) if (c := mine.get(k))]
-    here = mine.get(count)
-    if here is None:  # no call where its loop went on, and blocked in none
-        return (True, f"rank {member} made no call after {len(steps)}") if steps else None
-    start = [START] if first == 1 else []
-    before = [*start, *steps]
-    moves = program.moves | set(pairwise(before))
-    move = (before[-1], _step(here)) if before else None
-    if move is not None and move in moves:
-        return False, ""
-    others = {_step(c) for m, cs in calls.items() if m != member for c in cs.values()}
-    # new only against members that made a call here too (else nobody has got this far)
-    rivals = all(cs.get(count) is not None for m, cs in calls.items() if m != member)
-    if rivals and _step(here) not in program.calls | others | set(steps):
-        return True, f"rank {member} called what no rank called before"
-    if move is not None and any(done[0] == move[0] for done in moves):
-        return True, f"rank {member} went where, from its previous call, no rank went"
-    return None
+    note = " (the same call, another line)"
+    return _odd_ones(group, members, count, at, voters, agreeing, Basis.SITE, note)
 
 
 def _period(history: Sequence[Signature]) -> int | None:
