@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 PYTHON = sys.executable
-SAFELAUNCH = [PYTHON, "-m", "safelaunch"]
+SAFELAUNCH = [str(Path(PYTHON).with_name("safelaunch"))]  # what users type, as torchrun
 TORCHRUN = [str(Path(PYTHON).with_name("torchrun"))]
 REPO = Path(__file__).resolve().parents[1]
 MULTINODE = REPO / "tests" / "workers" / "multinode.py"

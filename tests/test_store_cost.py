@@ -7,10 +7,12 @@ real launchers: tests/test_multinode.py (4 nodes, one verdict) and bench/scale.p
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +23,7 @@ from safelaunch.hangs.rhythm import fixed
 from safelaunch.outcome import AttemptStatus
 from safelaunch.rendezvous import Placement
 from safelaunch.rendezvous.live_exchange import digest, read_digest
+from safelaunch.rendezvous.liveness import Liveness
 from safelaunch.rendezvous.membership import Joined, Membership
 from safelaunch.supervisor.watchers import HangWatch, PeerHang, SystemClock
 from safelaunch.vocab import FailureClass
@@ -66,6 +69,9 @@ class Client:
         self._count()
         with self._s.lock:
             return all(k in self._s.data for k in keys)
+
+    def clone(self) -> Client:  # the beat's own connection
+        return Client(self._s, self._node)
 
 
 def members(store: Store, nodes: int, lost_after: float = 60, beat_every: float = 0.02) -> list:
@@ -144,6 +150,42 @@ def test_a_lost_node_0_is_found_by_the_others_and_so_are_the_nodes_it_would_name
             break
         time.sleep(0.02)
     assert found == [[0, 3], [0, 3]]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_store_slow_for_everyone_calls_nobody_lost_a_stopped_node_is_found(seed: int) -> None:
+    """Generated: N nodes, a stall of the store for everyone (no counter moves, as with 16
+    launchers and 32 ranks importing torch on 2 cores), then a random node stops beating.
+    The stall calls nobody lost, however long; the stopped node is found by every other
+    node within lost_after and a few beats of the others going on."""
+    rng = random.Random(seed)
+    nodes, lost_after, beat = rng.randint(2, 12), rng.choice([3.0, 15.0]), 0.5
+    store = Store()
+    views = [Liveness(store.client(n), n, nodes, lost_after, beat) for n in range(nodes)]
+    clock = 0.0
+
+    def tick(beating: range | list[int]) -> list[list[int]]:
+        nonlocal clock
+        clock += beat / 2  # the supervisor's pace
+        if int(clock / beat) != int((clock - beat / 2) / beat):
+            for n in beating:
+                store.client(n).add(f"alive/{n}", 1)
+        return [views[n].lost(clock) for n in range(nodes) if n in beating]
+
+    for _ in range(8):
+        assert not any(tick(range(nodes)))
+    stall = rng.uniform(lost_after + 1, 10 * lost_after)
+    until = clock + stall
+    while clock < until:  # nothing moves: the counters, this node's own included
+        assert not any(tick([])) and not any(v.lost(clock) for v in views), clock
+    for _ in range(8):
+        assert not any(tick(range(nodes)))
+    stopped = rng.randrange(nodes)
+    others = [n for n in range(nodes) if n != stopped]
+    since = clock
+    while not all(found == [stopped] for found in tick(others)):
+        assert clock - since < lost_after + 6 * beat, (clock - since, stopped, nodes)
+    assert clock - since > lost_after
 
 
 def test_the_others_print_node_0s_verdict_and_read_no_summary() -> None:

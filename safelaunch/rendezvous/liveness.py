@@ -8,6 +8,15 @@ every node reading every counter (N^2). A node that finds node 0 itself lost rea
 every counter as node 0 did (the rule is the same: a counter that has not moved for
 `lost_after` seconds), so a lost watcher is found, and the nodes it would have named.
 
+"Not moved for `lost_after` seconds" is counted against this node's own counter, read
+through the same store: a node is lost when its counter stood still while this node's
+own beats went through the store as many times as `lost_after` holds beats. When the
+store or the machine is slow for everyone (16 launchers and 32 ranks importing torch on
+2 cores: store operations took up to 4.8 s), every counter stands still alike and
+nobody is called lost; torch's own keep-alive is only judged at a rendezvous, and
+torchrun's job ran on there. A node that truly stopped is found as soon as this node's
+beats have gone on for `lost_after`.
+
 The published list is read at the caller's pace (the supervisor's, every 0.5 s): what
 node 0 finds reaches the others within that, the counters being looked at no more
 often than they can move.
@@ -47,7 +56,9 @@ class Liveness:
         self.nodes = nodes
         self.lost_after = lost_after
         self._beat_every = beat_every
-        self._seen: dict[int, tuple[int, float]] = {}  # node -> (counter, when it last moved)
+        # node -> (its counter, when it last moved, this node's own counter then)
+        self._seen: dict[int, tuple[int, float, int]] = {}
+        self._beats_needed = max(2, round(lost_after / beat_every)) if beat_every > 0 else 2
         self._next_look = 0.0
         self._found: list[int] = []  # from this node's own look at the counters
         self._published: list[int] | None = None  # what the watcher last wrote (watcher only)
@@ -77,6 +88,7 @@ class Liveness:
         return sorted(set(self._read_published()) - {self.node})
 
     def _look(self, nodes: range | list[int], now: float) -> list[int]:
+        own = self.store.add(alive_key(self.node), 0)
         lost = []
         for node in nodes:
             if node == self.node:
@@ -84,8 +96,8 @@ class Liveness:
             count = self.store.add(alive_key(node), 0)
             last = self._seen.get(node)
             if last is None or last[0] != count:
-                self._seen[node] = (count, now)
-            elif now - last[1] > self.lost_after:
+                self._seen[node] = (count, now, own)
+            elif now - last[1] > self.lost_after and own - last[2] >= self._beats_needed:
                 lost.append(node)
         return lost
 

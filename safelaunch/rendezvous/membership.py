@@ -39,6 +39,10 @@ class KeyValue(Protocol):
 
     def check(self, keys: list[str]) -> bool: ...
 
+    def clone(self) -> KeyValue:
+        """The same store over a connection of its own (for the liveness beat)."""
+        ...
+
 
 class StartVote(StrEnum):
     """Each node's word on whether it starts the next attempt."""
@@ -95,8 +99,10 @@ class Membership:
     # --- liveness -------------------------------------------------------------
 
     def start_beating(self) -> None:
-        """A thread that says, every few seconds, that this node's launcher lives."""
-        store = self._store
+        """A thread that says, every few seconds, that this node's launcher lives.
+
+        On a connection of its own: the main thread's reads never delay it."""
+        store = self._store.clone()
         key = f"alive/{self.placement.node}"
 
         def beat() -> None:
