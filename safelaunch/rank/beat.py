@@ -36,10 +36,6 @@ BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing
 # loader in an 8 s job gave ~40 samples a rank, and the noise named compute in about one
 # run of six. A sample costs ~23 us with a Gloo group (measured), 0.05% of a core here.
 SAMPLE_PERIOD = 0.05
-# Before init_process_group there is nothing to sample (sample() looks for the group):
-# waking 20 times a second then cost a rank ~0.5% of a core (a rank that waits for its
-# peers to import torch: 16 nodes on 2 cores wait tens of seconds).
-SETUP_PERIOD = 0.5
 
 _active: Beater | None = None
 # Set when the rank destroys its default group: (collectives issued, where, innermost first).
@@ -72,7 +68,7 @@ class Beater:
 
     def run(self) -> None:
         next_beat = time.monotonic() + self._interval
-        while not self._stopped.wait(self._pause(next_beat)):
+        while not self._stopped.wait(_jittered(SAMPLE_PERIOD)):
             # never let the heartbeat take the rank down, nor a failed sample stop the records
             with suppress(Exception):
                 self.sample()
@@ -84,11 +80,6 @@ class Beater:
             # more on a loaded machine): the launcher takes it off the rank's CPU time,
             # else an idle rank would look like it works.
             self.cost = time.thread_time()
-
-    def _pause(self, next_beat: float) -> float:
-        if collective_sequence() is not None:
-            return _jittered(SAMPLE_PERIOD)
-        return max(0.0, min(SETUP_PERIOD, next_beat - time.monotonic()))
 
     def sample(self) -> None:
         """Count the main thread's phase (stragglers), once torch's collectives are set up:
