@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement
-from safelaunch.rendezvous.liveness import WATCHER, Liveness
+from safelaunch.rendezvous.liveness import WATCHER, Liveness, alive_key
 from safelaunch.rendezvous.rounds import Round
 from safelaunch.rendezvous.stops import NodeStop, from_json
 from safelaunch.vocab import StrEnum
@@ -39,9 +39,7 @@ class KeyValue(Protocol):
 
     def check(self, keys: list[str]) -> bool: ...
 
-    def clone(self) -> KeyValue:
-        """The same store over a connection of its own (for the liveness beat)."""
-        ...
+    def clone(self) -> KeyValue: ...  # over a connection of its own: the liveness beat's
 
 
 class StartVote(StrEnum):
@@ -103,7 +101,7 @@ class Membership:
 
         On a connection of its own: the main thread's reads never delay it."""
         store = self._store.clone()
-        key = f"alive/{self.placement.node}"
+        key = alive_key(self.placement.node)
 
         def beat() -> None:
             while not self._stop_beating.wait(self._beat_every):
