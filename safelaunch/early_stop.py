@@ -11,6 +11,25 @@ import sys
 from typing import NoReturn
 
 
+def unwrapped_signal(exc: BaseException) -> BaseException | None:
+    """The signal's exception behind `exc` (a BaseException that is no Exception:
+    KeyboardInterrupt, the CLI's EarlyInterrupt), itself or wrapped by Python; else None.
+
+    Python 3.11 turns whatever a descriptor's `__set_name__` raises into a RuntimeError
+    whose cause is the original, and a dataclass field's runs while the launch imports:
+    a Ctrl-C there (measured: in config/launch_config.py's StreamSelection) ended as
+    "internal error: this is a bug in safelaunch".
+    """
+    seen: set[int] = set()
+    inner: BaseException | None = exc
+    while inner is not None and id(inner) not in seen:
+        if not isinstance(inner, Exception):
+            return inner
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
+    return None
+
+
 def stop_before_ranks(signum: int) -> NoReturn:
     """Say why and exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM)."""
     # imported here: entry.py calls this while `signal`'s enums may not be loaded yet

@@ -42,13 +42,16 @@ def main() -> None:
 
         if guarded:  # the CLI installs its own, where it finds the default
             signals.signal(signals.SIGTERM, signals.SIG_DFL)
-    except (KeyboardInterrupt, _Stopped) as stop:
+    except BaseException as caught:
+        from safelaunch.early_stop import stop_before_ranks, unwrapped_signal
+
+        stop = unwrapped_signal(caught)  # itself, or wrapped by Python on the way
+        if not isinstance(stop, (KeyboardInterrupt, _Stopped)):
+            raise
         # a second Ctrl-C or SIGTERM while this ends: the default action, not a traceback
         signals.signal(signals.SIGINT, signals.SIG_DFL)
         if guarded:
             signals.signal(signals.SIGTERM, signals.SIG_DFL)
-        from safelaunch.early_stop import stop_before_ranks
-
         stop_before_ranks(
             signals.SIGINT if isinstance(stop, KeyboardInterrupt) else signals.SIGTERM
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,15 @@ SESSION = os.environ.get("SAFELAUNCH_TEST_SESSION") or uuid.uuid4().hex[:12]
 # The marks handed out and the sessions of the launchers started since the last sweep.
 _marks: set[str] = set()
 _sessions: set[int] = set()
+
+# A suite started in the background (`.ci/run &`, nohup, a CI runner) inherits SIGINT
+# ignored, and so does every launcher it starts: Python then keeps it ignored, the CLI
+# rightly leaves it so (a backgrounded launch is not Ctrl-C'd), and the Ctrl-C tests
+# send a signal nobody receives (exit 78 instead of 130, a run to its timeout). The
+# launchers here stand for one started at a terminal: a handled SIGINT becomes SIG_DFL
+# across exec, so Python installs its KeyboardInterrupt handler in them.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass
@@ -353,8 +363,13 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
                 )
                 record = json.loads(text)
                 said = " ".join(record["suspicions"])
-                there = any("load_next_batch" in (r["frame"] or "") for r in record["ranks"])
-                return "straggler" in said and there
+                # At the stall itself, not a transient one before it (a loaded machine
+                # makes rank 1 late at an earlier step too: seen, then the looks below
+                # came after rank 0 had moved on to wait at step 3 for a second only).
+                rank = {r["rank"]: r for r in record["ranks"]}
+                there = rank[1]["step"] == 3 and "load_next_batch" in (rank[1]["frame"] or "")
+                waits = (rank[0]["collectives"] or 0) > (rank[1]["collectives"] or 0)
+                return "straggler" in said and there and waits and rank[0]["idle_s"] >= 5.0
             return False
 
         wait_for(straggler, 30, "the straggler to show", every=0.3)

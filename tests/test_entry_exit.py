@@ -137,3 +137,46 @@ def test_an_ignored_sigterm_stays_ignored_while_the_cli_imports() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "stopped by SIGTERM" not in done.stderr
     assert done.returncode == 78, done.stderr  # the script does not exist: preflight says so
+
+
+# A signal whose exception Python wraps: 3.11 turns whatever a descriptor's __set_name__
+# raises into a RuntimeError (its cause the original), and a dataclass field's
+# __set_name__ runs while the launch imports its modules. The signal is sent from the
+# N-th such call in safelaunch's modules, N drawn, so each run lands in another class.
+SIGNALLED_IN_SET_NAME = """
+import dataclasses, os, signal, sys
+calls = [0]
+original = dataclasses.Field.__set_name__
+def set_name(self, owner, name):
+    if owner.__module__.startswith("safelaunch."):
+        calls[0] += 1
+        if calls[0] == {nth}:
+            os.kill(os.getpid(), signal.{signal})
+    return original(self, owner, name)
+dataclasses.Field.__set_name__ = set_name
+sys.argv = ["safelaunch", "--nproc-per-node=1", "never_started.py"]
+from safelaunch.entry import main
+main()
+"""
+
+
+def test_a_signal_wrapped_by_python_while_the_launch_imports_is_still_that_signal() -> None:
+    """Measured: Ctrl-C inside HangEvidence's field ended as "internal error: a bug"."""
+    import random
+
+    rng = random.Random()
+    for name, said, code in (
+        ("SIGINT", "interrupted", 130),
+        ("SIGTERM", "stopped by SIGTERM", 143),
+    ):
+        nth = rng.randrange(1, 6)
+        script = SIGNALLED_IN_SET_NAME.format(signal=name, nth=nth)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+        assert "Traceback" not in done.stderr and "internal error" not in done.stderr, (
+            nth,
+            done.stderr,
+        )
+        assert done.returncode == code, (nth, done.stderr)
+        assert done.stderr.startswith(f"safelaunch: {said}"), (nth, done.stderr)

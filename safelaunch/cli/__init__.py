@@ -17,7 +17,7 @@ from safelaunch.cli.commands import (
     lint_command,
     status_command,
 )
-from safelaunch.early_stop import stop_before_ranks
+from safelaunch.early_stop import stop_before_ranks, unwrapped_signal
 from safelaunch.interpreter import settled
 
 __all__ = [
@@ -59,8 +59,11 @@ def main() -> None:
         signal.signal(signal.SIGTERM, _early_interrupt)
     try:
         launch_command(sys.argv[1:])
-    except EarlyInterrupt as stop:
-        stop_before_ranks(stop.signum)
+    except BaseException as exc:  # also wrapped by Python on the way (early_stop.py)
+        stop = unwrapped_signal(exc)
+        if isinstance(stop, EarlyInterrupt):
+            stop_before_ranks(stop.signum)
+        raise
 
 
 SUBCOMMANDS = {

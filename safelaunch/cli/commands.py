@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from safelaunch import defaults, exitcodes
 from safelaunch.cli.parser import Parser
 from safelaunch.console import Console, Level, buffer_of, color_wanted
+from safelaunch.early_stop import unwrapped_signal
 from safelaunch.errors import SafelaunchError
 from safelaunch.interpreter import settled
 from safelaunch.vocab import Switch
@@ -29,7 +30,13 @@ def finish(body: Callable[[], int], errors: Console, interrupted: str = "interru
     them before a body runs.
     """
     try:
-        code = body()
+        try:
+            code = body()
+        except Exception as exc:
+            stop = unwrapped_signal(exc)
+            if stop is None:
+                raise
+            raise stop from None  # a Ctrl-C or SIGTERM that Python wrapped: as itself
     except SafelaunchError as exc:
         errors.say(exc.render(), Level.ERROR)
         code = exc.exit_code
