@@ -39,6 +39,10 @@ class KeyValue(Protocol):
 
     def check(self, keys: list[str]) -> bool: ...
 
+    def multi_get(self, keys: list[str]) -> list[bytes]: ...  # one round trip; every key exists
+
+    def wait(self, keys: list[str], seconds: float) -> bool: ...  # False: not all within
+
     def clone(self) -> KeyValue: ...  # over a connection of its own: the liveness beat's
 
 
@@ -113,6 +117,9 @@ class Membership:
         store.add(key, 1)
         self._beater = threading.Thread(target=beat, name="safelaunch-node-alive", daemon=True)
         self._beater.start()
+
+    def stop_beating(self) -> None:
+        self._stop_beating.set()
 
     def lost_nodes(self, now: float) -> list[int]:
         """Nodes whose liveness counter has not moved for `lost_after` seconds: node 0 reads

@@ -38,7 +38,7 @@ class TextStore:
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self.counts: dict[str, list[int]] = counts or {
-            op: [0, 0] for op in ("set", "get", "add", "check")
+            op: [0, 0] for op in ("set", "get", "add", "check", "multi_get", "wait")
         }
 
     def clone(self) -> TextStore:
@@ -74,6 +74,26 @@ class TextStore:
         with self._lock:
             self._count("check", sum(len(key) for key in keys))
             return bool(self._store.check(keys))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        with self._lock:
+            values = [bytes(v) for v in self._store.multi_get(keys)]
+            self._count("multi_get", sum(map(len, keys)) + sum(map(len, values)))
+            return values
+
+    def wait(self, keys: list[str], seconds: float) -> bool:
+        """Until every key exists, at most `seconds`: the store wakes the caller (no polling)."""
+        from datetime import timedelta
+
+        from torch.distributed import DistStoreError
+
+        with self._lock:
+            self._count("wait", sum(len(key) for key in keys))
+            try:
+                self._store.wait(keys, timedelta(seconds=seconds))
+            except DistStoreError:  # its timeout; a lost connection is another error
+                return False
+            return True
 
     def write_counts(self, node: int) -> None:
         """What this launcher asked of the store, into $SAFELAUNCH_STORE_COUNTS (if set)."""
