@@ -356,6 +356,7 @@ class Membership:
                 "check node 0's console",
             )
         port = int(self._store.get(key).decode())
+        _write_counts(self._store, self.placement.node, f"attempt{attempt}")
         return replace(self.placement, master_port=port)
 
     def take(self, fresh: Membership) -> None:
@@ -390,10 +391,15 @@ class Membership:
             self.barrier("left", timeout)
         self._stop_beating.set()
         self._workers_store = None
-        write_counts = getattr(self._store, "write_counts", None)  # torchstore.TextStore's
-        if write_counts is not None:
-            with contextlib.suppress(OSError):
-                write_counts(self.placement.node)
+        _write_counts(self._store, self.placement.node)
+
+
+def _write_counts(store: KeyValue, node: int, phase: str = "") -> None:
+    """The store operations so far, for bench/scale.py (torchstore.TextStore's counts)."""
+    write_counts = getattr(store, "write_counts", None)
+    if write_counts is not None:
+        with contextlib.suppress(OSError):
+            write_counts(node, phase)
 
 
 class _Publishing:

@@ -37,6 +37,7 @@ class TextStore:
         self._store = store
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        self._joined = time.time()
         self.counts: dict[str, list[int]] = counts or {
             op: [0, 0] for op in ("set", "get", "add", "check", "multi_get", "wait")
         }
@@ -95,15 +96,19 @@ class TextStore:
                 return False
             return True
 
-    def write_counts(self, node: int) -> None:
-        """What this launcher asked of the store, into $SAFELAUNCH_STORE_COUNTS (if set)."""
+    def write_counts(self, node: int, phase: str = "") -> None:
+        """What this launcher asked of the store so far, into $SAFELAUNCH_STORE_COUNTS (if
+        set): at the end, and before each attempt's spawn (`phase`: bench/scale.py --what
+        start). `joined`: the wall clock when torch's rendezvous returned."""
         where = os.environ.get(COUNTS_ENV)
         if not where:
             return
         with self._lock:
             ops = {op: list(entry) for op, entry in self.counts.items()}
-        record = {"node": node, "seconds": time.monotonic() - self._started, "ops": ops}
-        with open(os.path.join(where, f"store-{node}.json"), "w") as out:
+        seconds = time.monotonic() - self._started
+        record = {"node": node, "seconds": seconds, "joined": self._joined, "ops": ops}
+        name = f"store-{node}{'-' + phase if phase else ''}.json"
+        with open(os.path.join(where, name), "w") as out:
             json.dump(record, out)
 
 
