@@ -26,7 +26,7 @@ from safelaunch.diagnose.nodes import JobVerdict
 from safelaunch.errors import RendezvousError
 from safelaunch.hangs.rhythm import fixed
 from safelaunch.outcome import AttemptStatus
-from safelaunch.rendezvous import Placement, assign, roster
+from safelaunch.rendezvous import Placement, assign, roster, torchstore
 from safelaunch.rendezvous.joining import _placed
 from safelaunch.rendezvous.live_exchange import digest, read_digest
 from safelaunch.rendezvous.liveness import Liveness, alive_key
@@ -442,6 +442,19 @@ def test_the_join_asks_the_same_few_operations_of_every_node_but_node_0(
     assert sent[64][1] <= 800 + 16 * 64, sent  # another: its record, the compressed roster
 
 
+@pytest.fixture
+def workers_store(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Node 0's workers' store without torch: the attempts it was served for."""
+    served: list[int] = []
+
+    def serve(addr: str) -> tuple[object, int]:
+        served.append(len(served))
+        return object(), 40000 + len(served)
+
+    monkeypatch.setattr(torchstore, "serve_workers_store", serve)
+    return served
+
+
 def _config(**conf: str) -> LaunchConfig:
     return LaunchConfig(
         training_script="train.py",
@@ -481,16 +494,24 @@ def _said(found: dict[int, Membership | BaseException]) -> set[str]:
     return {str(e) if isinstance(e, RendezvousError) else repr(e) for e in found.values()}
 
 
-def test_every_node_is_placed_from_node_0s_roster_as_torchrun_places_it() -> None:
+def test_every_node_is_placed_from_node_0s_roster_as_torchrun_places_it(
+    workers_store: list[int],
+) -> None:
     found = _join_all(Store(), 5, _config())
     places = [m.placement for m in found.values() if isinstance(m, Membership)]
     assert [(p.node, p.base_rank, p.world_size) for p in sorted(places, key=lambda p: p.node)] == [
         (n, 8 * n, 40) for n in range(5)
     ]
     assert {p.hosts for p in places} == {tuple(_facts(n)["host"] for n in range(5))}
+    # the first attempt: every node met in the exchange (no second barrier), and node 0
+    # served the workers' store before the roster: every node finds its port at once
+    members = [m for m in found.values() if isinstance(m, Membership)]
+    assert [m.start_attempt(0, True, 0.1) for m in members] == [([], [])] * 5
+    assert {m.placement_for(0, 0.1).master_port for m in members} == {40001}
+    assert workers_store == [0]
 
 
-def test_facts_that_differ_stop_every_node_with_the_same_lines() -> None:
+def test_facts_that_differ_stop_every_node_with_the_same_lines(workers_store: list[int]) -> None:
     found = _join_all(Store(), 4, _config(), lambda n: _facts(n, "2.21.5" if n == 2 else "2.27.3"))
     said = _said(found)
     assert len(said) == 1 and "NCCL differs between nodes: 2.27.3 on node 0" in said.pop()
@@ -499,14 +520,18 @@ def test_facts_that_differ_stop_every_node_with_the_same_lines() -> None:
     }
 
 
-def test_a_node_that_never_reports_is_named_by_every_node_at_the_join_timeout() -> None:
+def test_a_node_that_never_reports_is_named_by_every_node_at_the_join_timeout(
+    workers_store: list[int],
+) -> None:
     started = time.monotonic()
     found = _join_all(Store(), 4, _config(join_timeout="1"), skip=(2,))
     assert _said(found) == {"node(s) 2 never reported after the rendezvous (1 s)"}
     assert len(found) == 3 and time.monotonic() - started < 15
 
 
-def test_a_node_0_gone_mid_exchange_is_found_lost_long_before_the_join_timeout() -> None:
+def test_a_node_0_gone_mid_exchange_is_found_lost_long_before_the_join_timeout(
+    workers_store: list[int],
+) -> None:
     """Node 0 wrote its record and beat, then its launcher died: the others stop within
     the keep-alive bound (0.4 s here), not at the join timeout (600 s)."""
     store = Store()
@@ -522,7 +547,7 @@ def test_a_node_0_gone_mid_exchange_is_found_lost_long_before_the_join_timeout()
     assert time.monotonic() - started < 30
 
 
-def test_the_stores_host_gone_mid_exchange_is_said_as_such() -> None:
+def test_the_stores_host_gone_mid_exchange_is_said_as_such(workers_store: list[int]) -> None:
     store = Store()
     threading.Timer(0.5, lambda: setattr(store, "gone", True)).start()
     found = _join_all(store, 3, _config(), skip=(0,))  # the others wait for node 0

@@ -128,6 +128,7 @@ def _placed(
             timeout,
             hosts_before=hosts_before,
             watcher_lost=lambda: WATCHER in membership.lost_nodes(time.monotonic()),
+            prepare=membership.serve_workers,
         )
     except RendezvousError:
         membership.stop_beating()
@@ -155,6 +156,7 @@ def _placed(
         nprocs=roster.nprocs,
     )
     membership.round = roster.round
+    membership.met_for(roster.round.attempt)
     if roster.problems:
         membership.leave(timeout=5)
         raise RendezvousError(

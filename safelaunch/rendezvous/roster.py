@@ -69,11 +69,14 @@ def exchange(
     *,
     hosts_before: Sequence[str] = (),
     watcher_lost: Callable[[], bool] = lambda: False,
+    prepare: Callable[[int], None] = lambda attempt: None,
 ) -> Roster:
     """This node's record out; the round's roster back (node 0 draws it).
 
     `hosts_before`: the hosts of the round this node comes from (elastic), for node 0 to
-    name the nodes that left; `watcher_lost`: whether node 0's launcher stopped beating.
+    name the nodes that left; `watcher_lost`: whether node 0's launcher stopped beating;
+    `prepare`: node 0's work for the round's first attempt (its number) before the others
+    read the roster (the workers' store: they find its port at once).
     Raises RendezvousError when node 0 gives no roster (lost, or silent past `timeout`);
     the store's own errors (its host gone) pass through.
     """
@@ -87,7 +90,7 @@ def exchange(
     if store.add(_key("arrived"), 1) == nodes:
         store.set(_key("all"), "1")
     if node == WATCHER:
-        return _judge(store, nodes, mine, timeout, started, hosts_before)
+        return _judge(store, nodes, mine, timeout, started, hosts_before, prepare)
     return _wait(store, nodes, timeout, started, watcher_lost)
 
 
@@ -98,6 +101,7 @@ def _judge(
     timeout: float,
     started: float,
     hosts_before: Sequence[str],
+    prepare: Callable[[int], None],
 ) -> Roster:
     """Node 0: every record at once, compared; the roster published."""
     while not store.wait([_key("all")], WAIT_SLICE):
@@ -121,6 +125,8 @@ def _judge(
         round=round_of(records, new_token(), previous),
         problems=tuple(fact_mismatches(records)),
     )
+    if not roster.problems:
+        prepare(roster.round.attempt)
     store.set(_key("roster"), pack(_record(roster)))
     return roster
 
