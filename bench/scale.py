@@ -504,6 +504,15 @@ def main() -> None:
     nodes_list = [int(n) for n in args.nodes.split(",")]
     conf = None if args.slow else FAST
     print(f"keep-alive: {'torch defaults' if conf is None else conf}")
+    # As a pip install runs: byte-compiled. This machine's shells set
+    # PYTHONDONTWRITEBYTECODE=1, and an editable install then compiles safelaunch's
+    # modules in every launcher and rank (~10 ms of CPU a rank, more in the launcher);
+    # torch's, installed, are compiled.
+    import compileall
+
+    import safelaunch
+
+    compileall.compile_dir(Path(safelaunch.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory() as where:
         tmp = Path(where)
         for what in args.what.split(","):
