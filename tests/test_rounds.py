@@ -225,3 +225,29 @@ def test_an_attempt_stopped_to_admit_nodes_is_a_running_job_to_prometheus() -> N
 
     assert _job_state(None, {"status": "rescaled", "job": {"status": "rescaled"}}) == "running"
     assert _job_state(None, {"status": "failed", "job": {"status": "failed"}}) == "failed"
+
+
+def test_an_elastic_round_of_one_node_uses_the_launchers_workers_store() -> None:
+    """--nnodes 1:3 down to one node: node 0's launcher still serves the workers' store
+    at MASTER_PORT, so its ranks connect to it (rank 0 listening there: EADDRINUSE)."""
+    from pathlib import Path
+    from types import MappingProxyType
+
+    from safelaunch.config import LaunchConfig
+    from safelaunch.plan import RunIdentity, build_plan
+    from safelaunch.preflight import PortReservation, PreflightReport
+
+    place = Placement(
+        node=0, nodes=1, base_rank=0, world_size=2, master_addr="m", master_port=7,
+        run_id="r", hosts=("a",), nprocs=(2,),
+    )  # fmt: skip
+    config = LaunchConfig(training_script="t.py", environ=MappingProxyType({"PATH": "/bin"}))
+    report = PreflightReport(
+        nproc=2, nproc_reason="test", master_addr="x", master_port=PortReservation(29511, None)
+    )
+    run = RunIdentity(
+        run_id="r1", run_dir=Path("/l/r1"), token="t", private_dir=Path("/p"), launcher_pid=1
+    )
+    for worker in build_plan(config, report, run, 1, placement=place).workers:
+        assert worker.env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        assert (worker.env["MASTER_ADDR"], worker.env["MASTER_PORT"]) == ("m", "7")

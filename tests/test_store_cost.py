@@ -572,3 +572,41 @@ def test_a_node_0_that_was_not_in_the_last_round_names_the_nodes_that_left() -> 
     assert all(r == rosters[0] for r in rosters)
     assert (change.attempt, change.restart_count, change.nodes_before) == (4, 2, 3)
     assert change.left_names() == ["node 1 (host-00001.example)"] and change.joined == (0,)
+
+
+def _exchange_views(views: list[tuple[int, int]], timeout: float) -> list[Roster | Exception]:
+    """Each launcher's exchange as torch placed it, (node, nodes), on its own thread."""
+    store, found = Store(), {}
+
+    def one(launcher: int) -> None:
+        node, nodes = views[launcher]
+        try:
+            found[launcher] = exchange(
+                store.client(launcher), node, nodes, _facts(launcher), timeout
+            )
+        except Exception as exc:
+            found[launcher] = exc
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(views))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return [found[n] for n in range(len(views))]
+
+
+def test_torch_giving_the_nodes_different_rounds_ends_in_an_error_not_a_hang() -> None:
+    """Under load torch's keep-alive may drop a node while its round closes, one node
+    seeing that and another not (seen at 2 s keep-alives, load ~20): a node whose round
+    is not node 0's says so; none waits past the join timeout, none is placed wrongly."""
+    started = time.monotonic()
+    alone, bigger = _exchange_views([(0, 1), (1, 2)], timeout=3)  # node 0 saw node 1 dropped
+    assert isinstance(alone, Roster) and len(alone.hosts) == 1  # what torch told node 0
+    assert (
+        str(bigger)
+        == "torch's rendezvous gave this node (node 1) a round of 2 node(s) and node 0 one of 1"
+    )
+    first, second = _exchange_views([(0, 2), (0, 1)], timeout=3)  # both were told node 0
+    said = [r.split for r in (first, second) if isinstance(r, Roster) and r.split]
+    assert said and said[0][0].startswith("torch's rendezvous "), said  # whoever wrote last
+    assert time.monotonic() - started < 20

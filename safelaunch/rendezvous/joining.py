@@ -18,7 +18,7 @@ from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement, assign
 from safelaunch.rendezvous.liveness import WATCHER
 from safelaunch.rendezvous.membership import Joined, KeyValue, Membership
-from safelaunch.rendezvous.roster import exchange
+from safelaunch.rendezvous.roster import SPLIT_FIX, exchange
 from safelaunch.rendezvous.rounds import my_record
 
 
@@ -140,6 +140,9 @@ def _placed(
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
             "see the console of the node that hosts the store (--rdzv-endpoint)",
         ) from None
+    if roster.split:
+        membership.stop_beating()
+        raise RendezvousError(roster.split[0], SPLIT_FIX)
     if roster.missing:
         membership.stop_beating()
         raise RendezvousError(

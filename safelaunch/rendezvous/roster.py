@@ -21,15 +21,16 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import fact_mismatches
 from safelaunch.rendezvous.liveness import WATCHER
-from safelaunch.rendezvous.membership import KeyValue
+from safelaunch.rendezvous.membership import NAMED, KeyValue
 from safelaunch.rendezvous.rounds import Round, before_of, new_token, round_of
 
 WAIT_SLICE = 0.5  # seconds of one wait in the store; between two, node 0's liveness is looked at
@@ -45,6 +46,7 @@ class Roster:
     round: Round
     problems: tuple[str, ...] = ()  # facts that differ between nodes: every node stops
     missing: tuple[int, ...] = ()  # nodes that never reported: every node stops
+    split: tuple[str, ...] = ()  # torch gave the nodes different rounds: every node stops
 
 
 def _key(what: str | int) -> str:
@@ -81,17 +83,26 @@ def exchange(
     the store's own errors (its host gone) pass through.
     """
     started = time.monotonic()
+    me = uuid.uuid4().hex[:8]  # which record is this node's (torch may give two the same rank)
+    mine = {**mine, "node": node, "nodes": nodes, "me": me}
     store.set(_key(node), json.dumps(mine))
     before = before_of(mine)
     if before is not None and hosts_before:  # for a node 0 new to the job: the old hosts
         key = _key(f"before/{before[0]}")
         if not store.check([key]):  # two nodes may both write: the same value
             store.set(key, pack(list(hosts_before)))
-    if store.add(_key("arrived"), 1) == nodes:
+    if store.add(_key("arrived"), 1) >= nodes:  # >=: a node that was given a smaller round
         store.set(_key("all"), "1")
     if node == WATCHER:
         return _judge(store, nodes, mine, timeout, started, hosts_before, prepare)
-    return _wait(store, nodes, timeout, started, watcher_lost)
+    roster = _wait(store, nodes, timeout, started, watcher_lost)
+    if not (roster.missing or roster.problems or roster.split) and len(roster.hosts) != nodes:
+        raise RendezvousError(
+            f"torch's rendezvous gave this node (node {node}) a round of {nodes} node(s) and "
+            f"node 0 one of {len(roster.hosts)}",
+            SPLIT_FIX,
+        )
+    return roster
 
 
 def _judge(
@@ -104,14 +115,20 @@ def _judge(
     prepare: Callable[[int], None],
 ) -> Roster:
     """Node 0: every record at once, compared; the roster published."""
-    while not store.wait([_key("all")], WAIT_SLICE):
-        if time.monotonic() - started > timeout:
+    keys = [_key(n) for n in range(nodes)]
+    while not (store.wait([_key("all")], WAIT_SLICE) and store.check(keys)):
+        if store.check([_key("all")]):  # set by a node given a smaller round: wait for the rest
+            time.sleep(WAIT_SLICE / 5)
+        published = store.check([_key("roster")])  # by another node told it is node 0
+        if time.monotonic() - started > timeout or published:
             missing = _missing(store, nodes)
-            if missing:
-                store.set(_key("roster"), pack(_record(_never_reported(missing))))
-                return _never_reported(missing)
+            if missing or published:
+                found = replace(_never_reported(missing), split=_two_judges(store, mine))
+                if not published:
+                    store.set(_key("roster"), pack(_record(found)))
+                return found
             break  # every record is there (a node died between its record and the count)
-    records = [json.loads(value) for value in store.multi_get([_key(n) for n in range(nodes)])]
+    records = [json.loads(value) for value in store.multi_get(keys)]
     old = next((p for r in records if (p := before_of(r)) is not None), None)
     previous: Sequence[str] = ()
     if old is not None and (before_of(mine) or ("",))[0] == old[0]:
@@ -124,8 +141,9 @@ def _judge(
         nprocs=tuple(int(r.get("nproc", 0)) for r in records),
         round=round_of(records, new_token(), previous),
         problems=tuple(fact_mismatches(records)),
+        split=_split(records, nodes, str(mine["me"])),
     )
-    if not roster.problems:
+    if not (roster.problems or roster.split):
         prepare(roster.round.attempt)
     store.set(_key("roster"), pack(_record(roster)))
     return roster
@@ -163,6 +181,44 @@ def _wait(
         ) from None
 
 
+SPLIT_FIX = (
+    "torch's keep-alive found a node late while the round closed (a loaded machine, or a "
+    "short keep_alive_interval): start the job again"
+)
+
+
+def _split(records: Sequence[Mapping[str, Any]], nodes: int, me: str) -> tuple[str, ...]:
+    """Where torch's rendezvous gave the nodes different rounds (its keep-alive dropped a
+    node while the round closed, one node seeing it and another not): one line, or none."""
+    said = [
+        f"node {n} ({r.get('host', '?')}) was given node {r.get('node')} of {r.get('nodes')}"
+        for n, r in enumerate(records)
+        if r.get("nodes") != nodes or r.get("node") != n or (n == WATCHER and r.get("me") != me)
+    ]
+    if not said:
+        return ()
+    return (
+        f"torch's rendezvous gave the nodes different rounds: node 0 was given {nodes} "
+        f"node(s); the record of {'; '.join(said[:NAMED])}",
+    )
+
+
+def _two_judges(store: KeyValue, mine: Mapping[str, Any]) -> tuple[str, ...]:
+    """Past the timeout: another launcher was told it is node 0 too (it wrote over this
+    one's record, or published a roster already); one line, or none."""
+    other = json.loads(store.get(_key(WATCHER)))
+    if other.get("me") != mine["me"]:
+        who = f"{other.get('host', '?')} (of {other.get('nodes')})"
+    elif store.check([_key("roster")]):
+        who = "another launcher, which published the round's roster"
+    else:
+        return ()
+    return (
+        f"torch's rendezvous told two nodes they are node 0 of the round: this one "
+        f"({mine.get('host', '?')}, of {mine['nodes']} node(s)) and {who}",
+    )
+
+
 def _never_reported(missing: tuple[int, ...]) -> Roster:
     return Roster(hosts=(), nprocs=(), round=round_of([], "", ()), missing=missing)
 
@@ -186,6 +242,7 @@ def _record(roster: Roster) -> dict[str, Any]:
         "nprocs": list(roster.nprocs),
         "problems": list(roster.problems),
         "missing": list(roster.missing),
+        "split": list(roster.split),
         "round": {
             "attempt": change.attempt,
             "restart_count": change.restart_count,
@@ -206,6 +263,7 @@ def _roster(record: Mapping[str, Any]) -> Roster:
         nprocs=tuple(int(n) for n in record["nprocs"]),
         problems=tuple(str(p) for p in record["problems"]),
         missing=tuple(int(n) for n in record["missing"]),
+        split=tuple(str(line) for line in record.get("split", ())),
         round=Round(
             attempt=int(said["attempt"]),
             restart_count=int(said["restart_count"]),
