@@ -1,10 +1,13 @@
 """Cost as the job grows: N launchers on loopback (c10d), safelaunch and torchrun in turns.
 
-    .venv/bin/python bench/scale.py --what rdzv,store,verdict,cpu --nodes 2,4,8,16 [--nproc 2]
-        [--repeat 1] [--seconds 60 | --smoke]
+    .venv/bin/python bench/scale.py --what rdzv,start,store,verdict,cpu --nodes 2,4,8,16
+        [--nproc 2] [--repeat 1] [--seconds 60 | --smoke] [--ranks 2,4,8] [--workers 0,2,4]
 
 - rdzv: launch to first step (every rank past init_process_group and one barrier) and to
   the end, noop ranks; safelaunch / torchrun ratio.
+- start: launch to first step in figures load does not disturb, per node: the CPU of
+  its whole tree and of its ranks, safelaunch's store operations before the spawn, and
+  the time from the node's placement to its first rank's script (both launchers).
 - store: operations and bytes per second that safelaunch asks of the job's store over a
   healthy job of --seconds, in all, per node, node 0's and the busiest other node's
   (torchstore.TextStore's counters, written at the end to $SAFELAUNCH_STORE_COUNTS). The
@@ -487,7 +490,7 @@ def _ints(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--what", default="rdzv,store,verdict,cpu")
+    parser.add_argument("--what", default="rdzv,start,store,verdict,cpu")
     parser.add_argument("--nodes", default="2,4,8,16")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)

@@ -16,8 +16,9 @@ from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement, assign
+from safelaunch.rendezvous.keyvalue import Joined, KeyValue
 from safelaunch.rendezvous.liveness import WATCHER
-from safelaunch.rendezvous.membership import Joined, KeyValue, Membership
+from safelaunch.rendezvous.membership import Membership
 from safelaunch.rendezvous.roster import SPLIT_FIX, exchange
 from safelaunch.rendezvous.rounds import my_record
 

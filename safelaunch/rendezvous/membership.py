@@ -9,12 +9,13 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement
+from safelaunch.rendezvous.keyvalue import Joined, KeyValue
 from safelaunch.rendezvous.liveness import WATCHER, Liveness, alive_key
 from safelaunch.rendezvous.rounds import Round
 from safelaunch.rendezvous.stops import NodeStop, from_json
@@ -23,27 +24,11 @@ from safelaunch.vocab import StrEnum
 if TYPE_CHECKING:
     from safelaunch.rendezvous.nodewatch import NodeWatch
 
+__all__ = ["Joined", "KeyValue", "Membership", "StartVote", "Waiting"]
+
 POLL = 0.1  # seconds of one wait in the store (then signals, who is lost, the deadline)
 LOOK_EVERY = 0.5  # seconds between per-node looks (who is missing, who is lost) in a gather
 NAMED = 16  # at most this many nodes named in what node 0 publishes of whom it waits for
-
-
-class KeyValue(Protocol):
-    """The few store operations used here (torchstore.TextStore over torch's TCPStore)."""
-
-    def set(self, key: str, value: str) -> None: ...
-
-    def get(self, key: str) -> bytes: ...
-
-    def add(self, key: str, amount: int) -> int: ...
-
-    def check(self, keys: list[str]) -> bool: ...
-
-    def multi_get(self, keys: list[str]) -> list[bytes]: ...  # one round trip; every key exists
-
-    def wait(self, keys: list[str], seconds: float) -> bool: ...  # False: not all within
-
-    def clone(self) -> KeyValue: ...  # over a connection of its own: the liveness beat's
 
 
 class StartVote(StrEnum):
@@ -51,21 +36,6 @@ class StartVote(StrEnum):
 
     GO = "go"
     STOP = "stop"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Joined:
-    """What torch's rendezvous returned."""
-
-    node: int
-    nodes: int
-    master_addr: str
-    master_port: int
-    shutdown: Callable[[], Any]
-    # the next round of the same rendezvous: (joined, store), torchstore.TextStore's
-    next_round: Callable[[], tuple[Joined, KeyValue]] | None = None
-    # c10d: how many nodes wait in torch's rendezvous for the next round (elastic scale-up)
-    waiting: Callable[[], int] | None = None
 
 
 class Waiting(Protocol):

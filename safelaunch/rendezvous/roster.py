@@ -29,8 +29,9 @@ from typing import Any
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import fact_mismatches
+from safelaunch.rendezvous.keyvalue import KeyValue
 from safelaunch.rendezvous.liveness import WATCHER
-from safelaunch.rendezvous.membership import NAMED, KeyValue
+from safelaunch.rendezvous.membership import NAMED
 from safelaunch.rendezvous.rounds import Round, before_of, new_token, round_of
 
 WAIT_SLICE = 0.5  # seconds of one wait in the store; between two, node 0's liveness is looked at

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, RdzvBackend
 from safelaunch.errors import RendezvousError
-from safelaunch.rendezvous.membership import Joined
+from safelaunch.rendezvous.keyvalue import Joined
 
 STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
 # A directory: at the end, each launcher writes there what it asked of the job's store
