@@ -331,7 +331,8 @@ def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path, conf: st
         started = launch(True, nodes, nproc, script, counts, env, conf=conf)
         codes = wait_all(started, WAIT + seconds)
         assert codes == [0] * nodes, f"{codes}\n{last_words(started)}"
-        records = [json.loads(p.read_text()) for p in counts.glob("store-*.json")]
+        ends = [p for p in counts.glob("store-*.json") if "-attempt" not in p.name]
+        records = [json.loads(p.read_text()) for p in ends]  # not the counts before a spawn
         assert len(records) == nodes
         span = max(r["seconds"] for r in records)
         by_op = {op: sum(r["ops"][op][0] for r in records) for op in records[0]["ops"]}
