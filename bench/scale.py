@@ -294,9 +294,11 @@ def _start_turn(
         if ours:
             said = next(line for _, line in node.lines if ": ranks " in line)
             number = int(said.split("node ", 1)[1].split()[0])
-            counts = json.loads((steps / f"store-{number}-attempt0.json").read_text())
-            joined = (placed or 0) - counts["joined"]
-            ops = sum(entry[0] for entry in counts["ops"].values())
+            spawn = steps / f"store-{number}-attempt0.json"
+            if spawn.exists():  # not written by a safelaunch before it (a comparison)
+                counts = json.loads(spawn.read_text())
+                joined = (placed or 0) - counts["joined"]
+                ops = sum(entry[0] for entry in counts["ops"].values())
         rows.append((node.cpu, sum(r[2] for r in mine), ops, joined, first_rank - (placed or 0)))
     medians = [statistics.median(row[i] for row in rows) for i in range(5)]
     return [*medians, max(r[1] for r in ranks.values()) - begun]
