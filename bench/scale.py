@@ -1,10 +1,13 @@
 """Cost as the job grows: N launchers on loopback (c10d), safelaunch and torchrun in turns.
 
-    .venv/bin/python bench/scale.py --what rdzv,store,verdict,cpu --nodes 2,4,8,16 [--nproc 2]
-        [--repeat 1] [--seconds 60 | --smoke]
+    .venv/bin/python bench/scale.py --what rdzv,start,store,verdict,cpu --nodes 2,4,8,16
+        [--nproc 2] [--repeat 1] [--seconds 60 | --smoke] [--ranks 2,4,8] [--workers 0,2,4]
 
 - rdzv: launch to first step (every rank past init_process_group and one barrier) and to
   the end, noop ranks; safelaunch / torchrun ratio.
+- start: launch to first step in figures load does not disturb, per node: the CPU of
+  its whole tree and of its ranks, safelaunch's store operations before the spawn, and
+  the time from the node's placement to its first rank's script (both launchers).
 - store: operations and bytes per second that safelaunch asks of the job's store over a
   healthy job of --seconds, in all, per node, node 0's and the busiest other node's
   (torchstore.TextStore's counters, written at the end to $SAFELAUNCH_STORE_COUNTS). The
@@ -15,9 +18,11 @@
   line (its deadline) to the job verdict on the last node, and whether every node printed
   the same "job (N nodes): ..." line; also a failing rank and a lost node (one launcher's
   process group killed) at the largest --nodes.
-- cpu: one node, --nproc ranks (8), each with 4 DataLoader workers, --seconds of a healthy
-  job: the launcher's own utime+stime over the window (/proc/<pid>/stat), per rank, per
-  worker; torchrun's the same way.
+- cpu: one node, --ranks (2,4,8) x --workers (0,2,4 DataLoader workers a rank), --seconds
+  of a healthy job (a gloo all-reduce every batch) once every rank stepped: the launcher
+  process's own utime+stime over the window (/proc/<pid>/stat: its threads, not its
+  children), per rank and per process (ranks and workers); torchrun's the same way, in
+  turns in each cell; a least-squares fit says whether the share per rank is flat.
 Every table prints the load average: on a shared machine the figures are under that load.
 """
 
@@ -50,6 +55,17 @@ where = os.path.join(os.environ["STEP_DIR"], "step-" + os.environ["RANK"])
 open(where, "w").write(repr(time.time()))
 os._exit(0)
 """
+TIMED = """
+import os, resource, time
+began = time.time()
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+used = resource.getrusage(resource.RUSAGE_SELF)
+where = os.path.join(os.environ["STEP_DIR"], "step-" + os.environ["RANK"])
+open(where, "w").write(f"{began!r} {time.time()!r} {used.ru_utime + used.ru_stime!r}")
+os._exit(0)
+"""
 STEADY = """
 import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -60,19 +76,30 @@ for _ in range(int(float(os.environ["SECONDS_"]) / 0.2)):  # a count, not a cloc
 dist.barrier()
 os._exit(0)
 """
-LOADER = """
-import os, time, torch
+TRAIN = """
+import os, sys, time, torch, torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
+class Slow(Dataset):  # a loader that waits on I/O: 20 ms an item
     def __len__(self): return 10**9
     def __getitem__(self, i):
-        time.sleep(0.05)
+        time.sleep(0.02)
         return torch.ones(4)
-end = time.time() + float(os.environ["SECONDS_"])
-for batch in DataLoader(Slow(), batch_size=2, num_workers=4):
-    if time.time() > end:
+dist.init_process_group("gloo")
+where, rank = os.environ["STEP_DIR"], os.environ["RANK"]
+batches = iter(DataLoader(Slow(), batch_size=2, num_workers=int(os.environ["WORKERS_"])))
+flag, step = torch.zeros(1), 0
+while True:  # every rank stops at the same step: the stop file, all-reduced
+    next(batches)
+    flag.fill_(float(os.path.exists(os.path.join(where, "stop"))))
+    dist.all_reduce(flag)
+    step += 1
+    if step == 3:
+        open(os.path.join(where, "ready-" + rank), "w").close()
+    if flag.item() > 0:
         break
-os._exit(0)
+del batches  # the workers end
+dist.destroy_process_group()
+sys.exit(0)
 """
 
 
@@ -96,6 +123,7 @@ class Node:
             start_new_session=True,
         )
         self.lines: list[tuple[float, str]] = []
+        self.cpu = float("nan")
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -105,13 +133,24 @@ class Node:
             self.lines.append((time.time(), line.rstrip("\n")))
 
     def wait(self, timeout: float) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            code = self.proc.wait()
+        """Its exit code; `cpu` then holds the CPU seconds of its whole tree: itself and
+        every descendant waited for (the ranks), from wait4's rusage."""
+        if self.proc.returncode is not None:  # reaped already (poll)
+            return self.proc.returncode
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                _, status, usage = os.wait4(self.proc.pid, 0)
+                break
+            time.sleep(0.05)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu = usage.ru_utime + usage.ru_stime
         self._reader.join(5)
-        return code
+        return self.proc.returncode
 
     def first(self, text: str) -> float | None:
         return next((when for when, line in self.lines if text in line), None)
@@ -193,6 +232,92 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | 
         )
 
 
+def start(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | None) -> None:
+    """Launch to first step in figures that load does not disturb, per node (median of the
+    nodes, then the minimum of the turns): the CPU seconds of its whole process tree and
+    of its ranks up to their first step; safelaunch's store operations before the spawn;
+    the time from the nodes' placement (safelaunch: its `node k of N` line; torchrun:
+    `Rendezvous complete for workers`, LOGLEVEL=INFO) to its first rank's script, and
+    safelaunch's from torch's rendezvous returning to the placement."""
+    script = tmp / "timed.py"
+    script.write_text(TIMED)
+    print(f"\nlaunch to first step, noop ranks, {nproc} a node, per node ({load()})")
+    print(
+        f"{'nodes':>5} {'launcher':>10} {'tree CPU':>8} {'ranks CPU':>9} {'rest CPU':>8}"
+        f" {'ops':>4} {'rdzv->placed':>12} {'placed->rank':>12} {'step':>6}  load"
+    )
+    for nodes in nodes_list:
+        for ours in (True, False):
+            rows = [
+                _start_turn(ours, nodes, nproc, script, tmp, conf, turn) for turn in range(repeat)
+            ]
+            tree, ranks, ops, joined, placed, step = (
+                min((row[i] for row in rows), key=lambda x: (x != x, x)) for i in range(6)
+            )  # the least disturbed turn's figure; nan (not measured) last
+            name = "safelaunch" if ours else "torchrun"
+            one, five, _ = os.getloadavg()
+            print(
+                f"{nodes:>5} {name:>10} {tree:>7.2f}s {ranks:>8.2f}s {tree - ranks:>7.2f}s"
+                f" {ops:>4.0f} {joined:>11.2f}s {placed:>11.2f}s {step:>5.1f}s"
+                f"  {one:.1f} {five:.1f}",
+                flush=True,
+            )
+
+
+def _start_turn(
+    ours: bool, nodes: int, nproc: int, script: Path, tmp: Path, conf: str | None, turn: int
+) -> list[float]:
+    """One run: per node (tree CPU, ranks' CPU to the step, store ops before the spawn,
+    rendezvous -> placed, placed -> first rank), medians over the nodes; and the launch to
+    the last first step."""
+    import statistics
+
+    steps = tmp / f"start-{nodes}-{turn}-{ours}"
+    steps.mkdir()
+    env = {**os.environ, "STEP_DIR": str(steps), "SAFELAUNCH_STORE_COUNTS": str(steps)}
+    if not ours:
+        env["LOGLEVEL"] = "INFO"  # torchrun's "Rendezvous complete for workers" line
+    begun = time.time()
+    started = launch(ours, nodes, nproc, script, steps, env, conf=conf)
+    codes = wait_all(started, WAIT)
+    assert codes == [0] * nodes, f"{ours} {codes}\n{last_words(started)}"
+    ranks: dict[int, tuple[float, float, float]] = {}
+    for path in steps.glob("step-*"):
+        began, stepped, used = (float(x) for x in path.read_text().split())
+        ranks[int(path.name.split("-")[1])] = (began, stepped, used)
+    rows = []
+    for node in started:
+        placed = node.first(": ranks ") if ours else node.first("Rendezvous complete for workers")
+        mine = _node_ranks(node, ranks, nproc)
+        first_rank = min(r[0] for r in mine)
+        joined = ops = float("nan")
+        if ours:
+            said = next(line for _, line in node.lines if ": ranks " in line)
+            number = int(said.split("node ", 1)[1].split()[0])
+            spawn = steps / f"store-{number}-attempt0.json"
+            if spawn.exists():  # not written by a safelaunch before it (a comparison)
+                counts = json.loads(spawn.read_text())
+                joined = (placed or 0) - counts["joined"]
+                ops = sum(entry[0] for entry in counts["ops"].values())
+        rows.append((node.cpu, sum(r[2] for r in mine), ops, joined, first_rank - (placed or 0)))
+    medians = [statistics.median(row[i] for row in rows) for i in range(5)]
+    return [*medians, max(r[1] for r in ranks.values()) - begun]
+
+
+def _node_ranks(
+    node: Node, ranks: dict[int, tuple[float, float, float]], nproc: int
+) -> list[tuple[float, float, float]]:
+    """This launcher's ranks, by the base rank it printed (safelaunch) or its group rank."""
+    for _, line in node.lines:
+        if ": ranks " in line:  # safelaunch: node k of N (host): ranks B-E of W
+            base = int(line.split(": ranks ", 1)[1].split("-")[0])
+            return [ranks[r] for r in range(base, base + nproc)]
+        if "group_rank=" in line:  # torchrun's INFO record
+            group = int(line.split("group_rank=", 1)[1].split()[0])
+            return [ranks[r] for r in range(group * nproc, group * nproc + nproc)]
+    raise AssertionError("no placement line:\n" + "\n".join(ln for _, ln in node.lines[-20:]))
+
+
 def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path, conf: str | None) -> None:
     script = tmp / "steady.py"
     script.write_text(STEADY)
@@ -208,7 +333,8 @@ def store(nodes_list: list[int], nproc: int, seconds: float, tmp: Path, conf: st
         started = launch(True, nodes, nproc, script, counts, env, conf=conf)
         codes = wait_all(started, WAIT + seconds)
         assert codes == [0] * nodes, f"{codes}\n{last_words(started)}"
-        records = [json.loads(p.read_text()) for p in counts.glob("store-*.json")]
+        ends = [p for p in counts.glob("store-*.json") if "-attempt" not in p.name]
+        records = [json.loads(p.read_text()) for p in ends]  # not the counts before a spawn
         assert len(records) == nodes
         span = max(r["seconds"] for r in records)
         by_op = {op: sum(r["ops"][op][0] for r in records) for op in records[0]["ops"]}
@@ -288,36 +414,86 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu(nproc: int, seconds: float, tmp: Path) -> None:
-    script = tmp / "loader.py"
-    script.write_text(LOADER)
-    workers = 4
+def launcher_share(ours: bool, ranks: int, workers: int, seconds: float, where: Path) -> float:
+    """% of a core the launcher process itself used (all its threads, not its children)
+    over `seconds` of a healthy job, once every rank has stepped."""
+    script = where.parent / "train.py"
+    script.write_text(TRAIN)
+    where.mkdir()
+    env = {**os.environ, "STEP_DIR": str(where), "WORKERS_": str(workers)}
+    argv = [*(SAFELAUNCH if ours else TORCHRUN), f"--nproc-per-node={ranks}", str(script)]
+    node = Node(argv, where, env)
+    deadline = time.monotonic() + WAIT
+    while len(list(where.glob("ready-*"))) < ranks:
+        if node.proc.poll() is not None or time.monotonic() > deadline:
+            node.wait(1)
+            raise SystemExit(f"{argv} did not start:\n{last_words([node])}")
+        time.sleep(0.2)
+    time.sleep(2)  # past the start: every rank steps
+    before, at = cpu_seconds(node.proc.pid), time.monotonic()
+    time.sleep(seconds)
+    share = 100 * (cpu_seconds(node.proc.pid) - before) / (time.monotonic() - at)
+    (where / "stop").touch()
+    code = node.wait(120)
+    assert code == 0, f"{argv}: exit {code}\n{last_words([node])}"
+    return share
+
+
+def cpu(ranks_list: list[int], workers_list: list[int], seconds: float, tmp: Path) -> None:
+    """The launcher's own CPU over a grid of ranks x DataLoader workers, both launchers in
+    turns in each cell; per rank, and per process (ranks and their workers)."""
     print(
-        f"\nlauncher CPU, 1 node x {nproc} ranks x {workers} DataLoader workers, "
-        f"{seconds:g} s window ({load()})"
+        f"\nlauncher CPU, 1 node, healthy job (gloo all-reduce every batch), {seconds:g} s window"
     )
-    print(f"{'launcher':>10} {'% core':>7} {'per rank':>9} {'per worker':>10}")
-    shares = {}
-    for ours in (True, False):
-        env = {**os.environ, "SECONDS_": str(seconds + 30)}
-        argv = [*(SAFELAUNCH if ours else TORCHRUN), f"--nproc-per-node={nproc}", str(script)]
-        where = tmp / f"cpu-{ours}"
-        where.mkdir()
-        node = Node(argv, where, env)
-        time.sleep(15)  # torch imported in every rank, the workers forked
-        before, at = cpu_seconds(node.proc.pid), time.monotonic()
-        time.sleep(seconds)
-        share = 100 * (cpu_seconds(node.proc.pid) - before) / (time.monotonic() - at)
-        node.wait(120)
-        shares[ours] = share
-        name = "safelaunch" if ours else "torchrun"
-        print(f"{name:>10} {share:>6.2f}% {share / nproc:>8.3f}% {share / nproc / workers:>9.4f}%")
-    print(f"ratio safelaunch/torchrun {shares[True] / max(shares[False], 1e-9):.2f}")
+    print(
+        f"{'ranks':>5} {'workers':>7} {'safelaunch':>10} {'/rank':>7} {'/process':>8}"
+        f" {'torchrun':>8} {'/rank':>7} {'/process':>8} {'ratio':>5}  load"
+    )
+    found: dict[tuple[int, int], float] = {}
+    for ranks in ranks_list:
+        for workers in workers_list:
+            shares = {}
+            for ours in (True, False):
+                where = tmp / f"cpu-{ranks}-{workers}-{ours}"
+                shares[ours] = launcher_share(ours, ranks, workers, seconds, where)
+            found[ranks, workers] = shares[True]
+            procs = ranks * (1 + workers)
+            one, five, _ = os.getloadavg()
+            print(
+                f"{ranks:>5} {workers:>7} {shares[True]:>9.2f}% {shares[True] / ranks:>6.3f}%"
+                f" {shares[True] / procs:>7.4f}% {shares[False]:>7.2f}%"
+                f" {shares[False] / ranks:>6.3f}% {shares[False] / procs:>7.4f}%"
+                f" {shares[True] / max(shares[False], 1e-9):>5.2f}  {one:.1f} {five:.1f}",
+                flush=True,
+            )
+    flat(found)
+
+
+def flat(found: dict[tuple[int, int], float]) -> None:
+    """Least squares: share = fixed + per_rank x R + per_worker x R x W; flat when the
+    share per rank does not grow with the ranks or the workers (<= 1 % of a core a rank)."""
+    import numpy
+
+    keys = list(found)
+    design = numpy.array([[1.0, r, r * w] for r, w in keys])
+    shares = numpy.array([found[key] for key in keys])
+    (fixed, per_rank, per_worker), *_ = numpy.linalg.lstsq(design, shares, rcond=None)
+    per_rank_share = {key: share / key[0] for key, share in found.items()}
+    worst = max(per_rank_share.values())
+    print(
+        f"fit: {fixed:.3f}% fixed + {per_rank:.4f}% a rank + {per_worker:.5f}% a rank's worker;"
+        f" the largest share per rank {worst:.3f}% (target <= 1 %): "
+        + ("flat" if per_worker <= 0.01 and worst <= 1.0 else "NOT flat")
+    )
+
+
+def _ints(text: str) -> list[int]:
+    return [int(n) for n in text.split(",")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--what", default="rdzv,store,verdict,cpu")
+    parser.add_argument("--what", default="rdzv,start,store,verdict,cpu")
     parser.add_argument("--nodes", default="2,4,8,16")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
@@ -327,22 +503,35 @@ def main() -> None:
         "--slow", action="store_true", help="torch's keep-alive (5 s x 3), not FAST (1 s x 3)"
     )
     parser.add_argument("--smoke", action="store_true", help="10 s windows")
+    parser.add_argument("--ranks", default="2,4,8", help="cpu: ranks a node")
+    parser.add_argument("--workers", default="0,2,4", help="cpu: DataLoader workers a rank")
     args = parser.parse_args()
     seconds = 10.0 if args.smoke else args.seconds
     nodes_list = [int(n) for n in args.nodes.split(",")]
     conf = None if args.slow else FAST
     print(f"keep-alive: {'torch defaults' if conf is None else conf}")
+    # As a pip install runs: byte-compiled. This machine's shells set
+    # PYTHONDONTWRITEBYTECODE=1, and an editable install then compiles safelaunch's
+    # modules in every launcher and rank (~10 ms of CPU a rank, more in the launcher);
+    # torch's, installed, are compiled.
+    import compileall
+
+    import safelaunch
+
+    compileall.compile_dir(Path(safelaunch.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory() as where:
         tmp = Path(where)
         for what in args.what.split(","):
             if what == "rdzv":
                 rdzv(nodes_list, args.nproc, args.repeat, tmp, conf)
+            elif what == "start":
+                start(nodes_list, args.nproc, args.repeat, tmp, conf)
             elif what == "store":
                 store(nodes_list, args.nproc, seconds, tmp, conf)
             elif what == "verdict":
                 verdict(nodes_list, args.nproc, tmp, args.kinds, conf)
             elif what == "cpu":
-                cpu(8 if args.nproc == 2 else args.nproc, seconds, tmp)
+                cpu(_ints(args.ranks), _ints(args.workers), seconds, tmp)
 
 
 if __name__ == "__main__":

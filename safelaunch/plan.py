@@ -188,6 +188,7 @@ def rank_env(
 ) -> Mapping[str, str]:
     """The full, frozen environment of one rank."""
     nproc = rerun.nproc if rerun is not None and rerun.nproc else preflight.nproc
+    agent_store = placement is not None  # an elastic round of one node too (below)
     if placement is None:  # one node: rank 0 hosts the workers' store
         placement = Placement(
             node=0,
@@ -200,7 +201,6 @@ def rank_env(
             hosts=(),
             nprocs=(nproc,),
         )
-    multi_node = placement.nodes > 1
     rank = placement.base_rank + local_rank
     attempt_dir = error_file.parent
     env = dict(base)
@@ -227,9 +227,10 @@ def rank_env(
             "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
             "TORCHELASTIC_RUN_ID": placement.run_id,
             # One node: the launcher never imports torch, so it hosts no TCPStore and
-            # rank 0 does, as with a plain env:// init (documented difference). Several
-            # nodes: torch's rendezvous hosts it, as under torchrun.
-            "TORCHELASTIC_USE_AGENT_STORE": str(multi_node),
+            # rank 0 does, as with a plain env:// init (documented difference). Placed by
+            # a rendezvous (several nodes, or an elastic round of one): node 0's launcher
+            # hosts it, as torchrun's agent does.
+            "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
             "TORCHELASTIC_ERROR_FILE": str(error_file),
             "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(s.name for s in config.signals_to_handle),
             ATTEMPT_DIR_VAR: str(error_file.parent),

@@ -316,6 +316,12 @@ class _Store:
     def check(self, keys: list[str]) -> bool:
         return all(k in self.data for k in keys)
 
+    def wait(self, keys: list[str], seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self.check(keys) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.check(keys)
+
     def clone(self) -> _Store:  # the beat's own connection
         return self
 

@@ -16,27 +16,42 @@ from safelaunch.outcome import AttemptStatus
 from safelaunch.rendezvous import Placement, stops
 from safelaunch.rendezvous.admission import AdmitWatch
 from safelaunch.rendezvous.membership import Joined, Membership
-from safelaunch.rendezvous.rounds import RoundCause, change_line, change_record, round_of
+from safelaunch.rendezvous.rounds import Round, RoundCause, change_line, change_record, my_record
+from safelaunch.rendezvous.rounds import round_of as draw
 
 
 def _record(
     launcher: str, host: str, before: list[str], attempt: int = 0, count: int = 0
 ) -> dict[str, Any]:
-    hosts = [f"h-{x}" for x in before]
-    return {
-        "host": host,
-        "launcher": launcher,
-        "attempt": attempt,
-        "restart_count": count,
-        "before": before,
-        "before_hosts": hosts,
-    }
+    """`launcher`'s record: it was node before.index(launcher) of the round `before` (its
+    nodes' launchers in order, hosts h-<x>), or new."""
+    prev = Round(
+        attempt=0, restart_count=0, token="t-" + "".join(before), hosts=_hosts(before),
+        nodes_before=0, left=(), left_hosts=(), joined=(),
+    )  # fmt: skip
+    came = launcher in before
+    place = before.index(launcher) if came else 0
+    return {"host": host, **my_record(attempt, count, prev if came else None, place)}
+
+
+def _hosts(launchers: list[str]) -> tuple[str, ...]:
+    return tuple(f"h-{x}" for x in launchers)
+
+
+def round_of(records: list[dict[str, Any]], before: list[str] | None = None) -> Round:
+    """Node 0's draw, knowing the previous round's hosts (its own, or written for it)."""
+    return draw(records, "t-new", _hosts(before or []))
 
 
 def test_the_first_round_changes_nothing() -> None:
     first = round_of([_record("a", "h-a", []), _record("b", "h-b", [])])
     assert first.first and first.left == () and first.joined == ()
-    assert (first.attempt, first.restart_count, first.launchers) == (0, 0, ("a", "b"))
+    assert (first.attempt, first.restart_count, first.token, first.nodes_before) == (
+        0,
+        0,
+        "t-new",
+        0,
+    )
 
 
 def test_a_late_node_takes_the_jobs_attempt_and_count_and_is_named_alike() -> None:
@@ -46,7 +61,7 @@ def test_a_late_node_takes_the_jobs_attempt_and_count_and_is_named_alike() -> No
         _record("a", "h-a", ["a", "b"], attempt=3, count=1),
         _record("b", "h-b", ["a", "b"], attempt=3, count=1),
     ]
-    change = round_of(records)
+    change = round_of(records, ["a", "b"])
     assert (change.attempt, change.restart_count) == (3, 1)
     assert change.cause is RoundCause.WAITING and change.joined == (0,) and change.left == ()
     assert change_record(change) == {
@@ -62,8 +77,9 @@ def test_a_late_node_takes_the_jobs_attempt_and_count_and_is_named_alike() -> No
 
 
 def test_a_lost_node_is_named_as_the_previous_round_numbered_it() -> None:
+    before = ["a", "x", "b"]
     change = round_of(
-        [_record("a", "h-a", ["a", "x", "b"], 1, 1), _record("b", "h-b", ["a", "x", "b"], 1, 1)]
+        [_record("a", "h-a", before, 1, 1), _record("b", "h-b", before, 1, 1)], before
     )
     assert change.cause is RoundCause.LOST and change.left_names() == ["node 1 (h-x)"]
     assert change_record(change)["left_in_attempt"] == 0
@@ -71,9 +87,7 @@ def test_a_lost_node_is_named_as_the_previous_round_numbered_it() -> None:
 
 
 def test_lost_and_joined_in_one_round_is_a_restart() -> None:
-    change = round_of(
-        [_record("a", "h-a", ["a", "x"], 2, 1), _record("n", "h-n", [])],
-    )
+    change = round_of([_record("a", "h-a", ["a", "x"], 2, 1), _record("n", "h-n", [])], ["a", "x"])
     assert change.cause is RoundCause.LOST and change.left == (1,) and change.joined == (1,)
     assert "node 1 (h-x) left and node 1 (h-n) joined: 2 -> 2 node(s); a restart" in (
         change_line(change, 3)
@@ -93,7 +107,7 @@ def test_every_node_draws_the_same_round_and_it_accounts_for_every_launcher(
         _record(x, f"h-{x}", before, attempt=4, count=count) if x in before else _record(x, "n", [])
         for x in after
     ]
-    change = round_of(records)
+    change = round_of(records, before)
     kept = [x for x in after if x in before]
     if not kept:  # no node of the previous round: nothing tells of it
         assert change.first and change.attempt == 0
@@ -101,8 +115,11 @@ def test_every_node_draws_the_same_round_and_it_accounts_for_every_launcher(
     assert (change.attempt, change.restart_count) == (4, count)
     assert {before[n] for n in change.left} == set(before) - set(after)
     assert {after[n] for n in change.joined} == set(after) - set(before)
-    assert len(change.hosts_before) - len(change.left) + len(change.joined) == len(after)
-    assert round_of(list(reversed(records))).left == change.left  # any node order of reading
+    assert change.nodes_before - len(change.left) + len(change.joined) == len(after)
+    assert change.left_names() == [f"node {n} (h-{before[n]})" for n in change.left]
+    assert round_of(list(reversed(records)), before).left == change.left  # any node order
+    unknown = draw(records, "t", ())  # a node 0 that was not in that round, told nothing
+    assert unknown.left == change.left and set(unknown.left_hosts) <= {"?"}
 
 
 def _summary(node: int, status: str) -> NodeSummary:
@@ -208,3 +225,29 @@ def test_an_attempt_stopped_to_admit_nodes_is_a_running_job_to_prometheus() -> N
 
     assert _job_state(None, {"status": "rescaled", "job": {"status": "rescaled"}}) == "running"
     assert _job_state(None, {"status": "failed", "job": {"status": "failed"}}) == "failed"
+
+
+def test_an_elastic_round_of_one_node_uses_the_launchers_workers_store() -> None:
+    """--nnodes 1:3 down to one node: node 0's launcher still serves the workers' store
+    at MASTER_PORT, so its ranks connect to it (rank 0 listening there: EADDRINUSE)."""
+    from pathlib import Path
+    from types import MappingProxyType
+
+    from safelaunch.config import LaunchConfig
+    from safelaunch.plan import RunIdentity, build_plan
+    from safelaunch.preflight import PortReservation, PreflightReport
+
+    place = Placement(
+        node=0, nodes=1, base_rank=0, world_size=2, master_addr="m", master_port=7,
+        run_id="r", hosts=("a",), nprocs=(2,),
+    )  # fmt: skip
+    config = LaunchConfig(training_script="t.py", environ=MappingProxyType({"PATH": "/bin"}))
+    report = PreflightReport(
+        nproc=2, nproc_reason="test", master_addr="x", master_port=PortReservation(29511, None)
+    )
+    run = RunIdentity(
+        run_id="r1", run_dir=Path("/l/r1"), token="t", private_dir=Path("/p"), launcher_pid=1
+    )
+    for worker in build_plan(config, report, run, 1, placement=place).workers:
+        assert worker.env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        assert (worker.env["MASTER_ADDR"], worker.env["MASTER_PORT"]) == ("m", "7")

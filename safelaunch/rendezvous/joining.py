@@ -7,16 +7,20 @@ after a node was lost or to admit one that waits: the same steps over the new ro
 from __future__ import annotations
 
 import contextlib
-import json
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig
 from safelaunch.errors import RendezvousError
-from safelaunch.rendezvous import Placement, assign, fact_mismatches
-from safelaunch.rendezvous.membership import Joined, KeyValue, Membership
-from safelaunch.rendezvous.rounds import my_record, round_of
+from safelaunch.rendezvous import Placement, assign
+from safelaunch.rendezvous.keyvalue import Joined, KeyValue
+from safelaunch.rendezvous.liveness import WATCHER
+from safelaunch.rendezvous.membership import Membership
+from safelaunch.rendezvous.roster import SPLIT_FIX, exchange
+from safelaunch.rendezvous.rounds import my_record
 
 
 def join(
@@ -46,7 +50,7 @@ def join(
             probe.stop()
     # A node that starts late joins an elastic job's later round: it learns the job's
     # attempt and restart count there (rounds.py), and brings none of its own.
-    return _placed(config, joined, store, nproc, {**facts, **my_record(0, 0, None)}, host)
+    return _placed(config, joined, store, nproc, {**facts, **my_record(0, 0, None, 0)}, host)
 
 
 def rejoin(
@@ -66,7 +70,8 @@ def rejoin(
     the same round. The node ranks, world size and the workers' store are the new
     round's; `membership.round` says who left and who joined.
     """
-    mine = {**facts, **my_record(attempt, restart_count, membership.round)}
+    place = membership.placement
+    mine = {**facts, **my_record(attempt, restart_count, membership.round, place.node)}
     # Into torch's next round together: it closes last_call_timeout after its MIN-th node,
     # and the nodes end the verdict seconds apart on a busy machine; one that came late
     # would wait for the round after (another stop to admit it). A lost node is not
@@ -75,7 +80,7 @@ def rejoin(
     with contextlib.suppress(Exception):  # the store's host gone: torch's join says so
         membership.barrier(f"attempt/{attempt}/rejoin", timeout)
     joined, store = membership.next_round()
-    membership.take(_placed(config, joined, store, nproc, mine, host))
+    membership.take(_placed(config, joined, store, nproc, mine, host, place.hosts))
 
 
 def _placed(
@@ -85,8 +90,13 @@ def _placed(
     nproc: int,
     facts: Mapping[str, Any],
     host: str,
+    hosts_before: tuple[str, ...] = (),
 ) -> Membership:
-    """The nodes of one round: facts exchanged and compared, this node's ranks placed."""
+    """The nodes of one round: records to node 0, its roster back, this node's ranks placed.
+
+    O(N) in all (roster.py): node 0 reads every record at once and publishes one roster;
+    every other node asks a constant number of operations.
+    """
     interval = float(config.rdzv_conf.get("keep_alive_interval", defaults.KEEP_ALIVE_INTERVAL_S))
     attempts = int(config.rdzv_conf.get("keep_alive_max_attempt", defaults.KEEP_ALIVE_MAX_ATTEMPT))
     membership = Membership(
@@ -107,44 +117,55 @@ def _placed(
         beat_every=interval / 2,
     )
     timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))
-    mine = json.dumps({"host": host, "nproc": nproc, **facts})
+    mine = {"host": host, "nproc": nproc, **facts}
     try:
-        found = membership.gather("node", mine, timeout)
+        # Beating from before the exchange: the others find a node 0 that dies in it lost
+        membership.start_beating()
+        roster = exchange(
+            store,
+            joined.node,
+            joined.nodes,
+            mine,
+            timeout,
+            hosts_before=hosts_before,
+            watcher_lost=lambda: WATCHER in membership.lost_nodes(time.monotonic()),
+            prepare=membership.serve_workers,
+        )
+    except RendezvousError:
+        membership.stop_beating()
+        raise
     except Exception as exc:  # the store's host ended (an elastic round: its own error)
+        membership.stop_beating()
         raise RendezvousError(
             f"lost contact with the rendezvous store in the round's exchange "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
             "see the console of the node that hosts the store (--rdzv-endpoint)",
         ) from None
-    missing = [node for node, value in enumerate(found) if value is None]
-    if missing:
+    if roster.split:
+        membership.stop_beating()
+        raise RendezvousError(roster.split[0], SPLIT_FIX)
+    if roster.missing:
+        membership.stop_beating()
         raise RendezvousError(
-            f"node(s) {', '.join(map(str, missing))} never reported after the rendezvous "
-            f"({timeout:g} s)",
+            f"node(s) {', '.join(map(str, roster.missing))} never reported after the "
+            f"rendezvous ({timeout:g} s)",
             "check that every node runs safelaunch with the same rendezvous flags",
         )
-    everyone = [json.loads(value or "{}") for value in found]
-    nprocs = tuple(int(node["nproc"]) for node in everyone)
-    base, world = assign(joined.node, nprocs)
-    membership.placement = Placement(
-        node=joined.node,
-        nodes=joined.nodes,
+    base, world = assign(joined.node, roster.nprocs)
+    membership.placement = replace(
+        membership.placement,
         base_rank=base,
         world_size=world,
-        master_addr=joined.master_addr,
-        master_port=joined.master_port,
-        run_id=config.rdzv_id or "none",
-        hosts=tuple(str(node["host"]) for node in everyone),
-        nprocs=nprocs,
+        hosts=roster.hosts,
+        nprocs=roster.nprocs,
     )
-    membership.round = round_of(everyone)
-    problems = fact_mismatches(everyone)
-    if problems:
+    membership.round = roster.round
+    membership.met_for(roster.round.attempt)
+    if roster.problems:
         membership.leave(timeout=5)
         raise RendezvousError(
-            "; ".join(problems),
+            "; ".join(roster.problems),
             "install the same torch/CUDA/NCCL/driver on every node (safelaunch doctor on each)",
             preflight=True,
         )
-    membership.start_beating()
     return membership

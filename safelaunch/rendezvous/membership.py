@@ -9,12 +9,13 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement
+from safelaunch.rendezvous.keyvalue import Joined, KeyValue
 from safelaunch.rendezvous.liveness import WATCHER, Liveness, alive_key
 from safelaunch.rendezvous.rounds import Round
 from safelaunch.rendezvous.stops import NodeStop, from_json
@@ -23,23 +24,11 @@ from safelaunch.vocab import StrEnum
 if TYPE_CHECKING:
     from safelaunch.rendezvous.nodewatch import NodeWatch
 
-POLL = 0.1  # seconds between looks at the store while waiting
+__all__ = ["Joined", "KeyValue", "Membership", "StartVote", "Waiting"]
+
+POLL = 0.1  # seconds of one wait in the store (then signals, who is lost, the deadline)
 LOOK_EVERY = 0.5  # seconds between per-node looks (who is missing, who is lost) in a gather
 NAMED = 16  # at most this many nodes named in what node 0 publishes of whom it waits for
-
-
-class KeyValue(Protocol):
-    """The few store operations used here (torchstore.TextStore over torch's TCPStore)."""
-
-    def set(self, key: str, value: str) -> None: ...
-
-    def get(self, key: str) -> bytes: ...
-
-    def add(self, key: str, amount: int) -> int: ...
-
-    def check(self, keys: list[str]) -> bool: ...
-
-    def clone(self) -> KeyValue: ...  # over a connection of its own: the liveness beat's
 
 
 class StartVote(StrEnum):
@@ -47,21 +36,6 @@ class StartVote(StrEnum):
 
     GO = "go"
     STOP = "stop"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Joined:
-    """What torch's rendezvous returned."""
-
-    node: int
-    nodes: int
-    master_addr: str
-    master_port: int
-    shutdown: Callable[[], Any]
-    # the next round of the same rendezvous: (joined, store), torchstore.TextStore's
-    next_round: Callable[[], tuple[Joined, KeyValue]] | None = None
-    # c10d: how many nodes wait in torch's rendezvous for the next round (elastic scale-up)
-    waiting: Callable[[], int] | None = None
 
 
 class Waiting(Protocol):
@@ -92,6 +66,8 @@ class Membership:
         self._stop_beating = threading.Event()
         self._beater: threading.Thread | None = None
         self._workers_store: Any = None  # node 0: the TCPStore of the current attempt's ranks
+        self._workers_for: int | None = None  # the attempt it serves
+        self._met_for: int | None = None  # the attempt the round's exchange brought all to
         self.round: Round | None = None  # who left and joined, the job's count (rounds.py)
 
     # --- liveness -------------------------------------------------------------
@@ -113,6 +89,9 @@ class Membership:
         store.add(key, 1)
         self._beater = threading.Thread(target=beat, name="safelaunch-node-alive", daemon=True)
         self._beater.start()
+
+    def stop_beating(self) -> None:
+        self._stop_beating.set()
 
     def lost_nodes(self, now: float) -> list[int]:
         """Nodes whose liveness counter has not moved for `lost_after` seconds: node 0 reads
@@ -148,14 +127,26 @@ class Membership:
     def wait_for(self, keys: list[str], timeout: float) -> bool:
         """Poll until every key exists; False at the deadline."""
         deadline = time.monotonic() + timeout
-        while not self._store.check(keys):
+        while not self._store.wait(keys, POLL):  # the store wakes this node when they are
             if time.monotonic() > deadline:
                 return False
-            time.sleep(POLL)
         return True
 
+    def met_for(self, attempt: int) -> None:
+        """Every node of the round just met in its exchange, for `attempt` (joining.py)."""
+        self._met_for = attempt
+
     def start_attempt(self, attempt: int, go: bool, timeout: float) -> tuple[list[int], list[int]]:
-        """Every node says whether it starts `attempt`: (nodes that stop, nodes missing)."""
+        """Every node says whether it starts `attempt`: (nodes that stop, nodes missing).
+
+        Not again for the attempt the round's exchange just met for: every node of the
+        round is there and goes (a node with a signal pending does not join the round).
+        A second barrier there cost every node the slowest one's way to it (0.2-0.7 s of
+        launch to first step at 2-8 loaded launchers; bench/scale.py --what start).
+        """
+        if go and attempt == self._met_for:
+            self._met_for = None
+            return [], []
         name = f"attempt/{attempt}/start"
         try:
             if not go:  # counted before arriving: whoever sees every node arrived sees it
@@ -189,14 +180,16 @@ class Membership:
         self._store.set(keys[self.placement.node], mine)
         if name not in self._arrived:
             self._arrived.add(name)
-            self._store.add(f"{name}/arrived", 1)
+            if self._store.add(f"{name}/arrived", 1) == len(keys):
+                self._store.set(f"{name}/all", "1")  # the last one in wakes the others
         return keys
 
     def _await(self, name: str, keys: list[str], timeout: float, until: Waiting | None) -> set[int]:
         """Until every node arrived at `name`: the nodes that did not (lost, or late).
 
-        One counter polled, not every node's key (that grew with the square of nodes);
-        a node's own key is looked at only for `until` (whom it waits for) and for the
+        One key waited on, set by the last node in (the store wakes the waiters: no
+        polling delay), not every node's key (that grew with the square of nodes); a
+        node's own key is looked at only for `until` (whom it waits for) and for the
         nodes found lost (is every missing node a lost one?).
         """
         arrived = f"{name}/arrived"
@@ -205,9 +198,9 @@ class Membership:
         missing = list(range(self.placement.nodes))
         next_look = started
         while True:
-            now = time.monotonic()
-            if self._store.add(arrived, 0) >= len(keys):
+            if self._store.wait([f"{name}/all"], POLL):  # at most POLL: signals, looks
                 return set()
+            now = time.monotonic()
             if now >= next_look:  # who is missing, and lost: twice a second
                 next_look = now + LOOK_EVERY
                 if until is not None:
@@ -220,7 +213,6 @@ class Membership:
                 break
             if until is not None and until.poll(missing, now - started):
                 break
-            time.sleep(POLL)
         return {n for n, key in enumerate(keys) if not self._store.check([key])}  # late arrivals
 
     def _all_missing_lost(self, arrived: str, keys: list[str], now: float) -> bool:
@@ -300,9 +292,9 @@ class Membership:
             started = time.monotonic()
             next_look = started
             while True:
-                now = time.monotonic()
-                if self._store.check([verdict]):
+                if self._store.wait([verdict], POLL):  # woken when node 0 publishes it
                     return self._store.get(verdict).decode() or None, missing
+                now = time.monotonic()
                 if now >= next_look:
                     next_look = now + LOOK_EVERY
                     if WATCHER in self.lost_nodes(now):
@@ -314,7 +306,6 @@ class Membership:
                     return None, missing
                 if until.poll(missing, now - started):
                     return None, missing
-                time.sleep(POLL)
         except Exception:  # the store is gone, or node 0 wrote what this node cannot read
             return None, missing
 
@@ -336,26 +327,35 @@ class Membership:
         Node 0 serves a fresh TCPStore for each attempt (torch's workers would find the
         last attempt's Gloo addresses in a reused one) and publishes its port.
         """
-        from safelaunch.rendezvous import torchstore
-
         key = f"attempt/{attempt}/workers_store"
         if self.placement.node == 0:
-            self._workers_store = None  # the previous attempt's goes away
-            self._workers_store, port = torchstore.serve_workers_store(self.placement.master_addr)
-            self._store.set(key, str(port))
+            if self._workers_for != attempt:
+                self.serve_workers(attempt)
         elif not self.wait_for([key], timeout):
             raise RendezvousError(
                 f"node 0 published no workers' store for attempt {attempt} in {timeout:g} s",
                 "check node 0's console",
             )
         port = int(self._store.get(key).decode())
+        _write_counts(self._store, self.placement.node, f"attempt{attempt}")
         return replace(self.placement, master_port=port)
+
+    def serve_workers(self, attempt: int) -> None:
+        """Node 0: a fresh TCPStore for `attempt`'s workers, its port published. Before the
+        roster for the round's first attempt (joining.py): the others find it there."""
+        from safelaunch.rendezvous import torchstore
+
+        self._workers_store = None  # the previous attempt's goes away
+        self._workers_store, port = torchstore.serve_workers_store(self.placement.master_addr)
+        self._workers_for = attempt
+        self._store.set(f"attempt/{attempt}/workers_store", str(port))
 
     def take(self, fresh: Membership) -> None:
         """Become `fresh`, the next round's membership (elastic): the old round's liveness
         thread stops, its workers' store goes; the launch keeps this one object."""
         self._stop_beating.set()
-        self._workers_store = None
+        self._workers_store, self._workers_for = fresh._workers_store, fresh._workers_for
+        self._met_for = fresh._met_for
         self.placement, self._store, self._joined = fresh.placement, fresh._store, fresh._joined
         self.lost_after, self._beat_every = fresh.lost_after, fresh._beat_every
         self._liveness, self._arrived = None, fresh._arrived
@@ -383,10 +383,15 @@ class Membership:
             self.barrier("left", timeout)
         self._stop_beating.set()
         self._workers_store = None
-        write_counts = getattr(self._store, "write_counts", None)  # torchstore.TextStore's
-        if write_counts is not None:
-            with contextlib.suppress(OSError):
-                write_counts(self.placement.node)
+        _write_counts(self._store, self.placement.node)
+
+
+def _write_counts(store: KeyValue, node: int, phase: str = "") -> None:
+    """The store operations so far, for bench/scale.py (torchstore.TextStore's counts)."""
+    write_counts = getattr(store, "write_counts", None)
+    if write_counts is not None:
+        with contextlib.suppress(OSError):
+            write_counts(node, phase)
 
 
 class _Publishing:

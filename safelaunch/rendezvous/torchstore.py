@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, RdzvBackend
 from safelaunch.errors import RendezvousError
-from safelaunch.rendezvous.membership import Joined
+from safelaunch.rendezvous.keyvalue import Joined
 
 STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
 # A directory: at the end, each launcher writes there what it asked of the job's store
@@ -37,8 +37,9 @@ class TextStore:
         self._store = store
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        self._joined = time.time()
         self.counts: dict[str, list[int]] = counts or {
-            op: [0, 0] for op in ("set", "get", "add", "check")
+            op: [0, 0] for op in ("set", "get", "add", "check", "multi_get", "wait")
         }
 
     def clone(self) -> TextStore:
@@ -75,15 +76,39 @@ class TextStore:
             self._count("check", sum(len(key) for key in keys))
             return bool(self._store.check(keys))
 
-    def write_counts(self, node: int) -> None:
-        """What this launcher asked of the store, into $SAFELAUNCH_STORE_COUNTS (if set)."""
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        with self._lock:
+            values = [bytes(v) for v in self._store.multi_get(keys)]
+            self._count("multi_get", sum(map(len, keys)) + sum(map(len, values)))
+            return values
+
+    def wait(self, keys: list[str], seconds: float) -> bool:
+        """Until every key exists, at most `seconds`: the store wakes the caller (no polling)."""
+        from datetime import timedelta
+
+        from torch.distributed import DistStoreError
+
+        with self._lock:
+            self._count("wait", sum(len(key) for key in keys))
+            try:
+                self._store.wait(keys, timedelta(seconds=seconds))
+            except DistStoreError:  # its timeout; a lost connection is another error
+                return False
+            return True
+
+    def write_counts(self, node: int, phase: str = "") -> None:
+        """What this launcher asked of the store so far, into $SAFELAUNCH_STORE_COUNTS (if
+        set): at the end, and before each attempt's spawn (`phase`: bench/scale.py --what
+        start). `joined`: the wall clock when torch's rendezvous returned."""
         where = os.environ.get(COUNTS_ENV)
         if not where:
             return
         with self._lock:
             ops = {op: list(entry) for op, entry in self.counts.items()}
-        record = {"node": node, "seconds": time.monotonic() - self._started, "ops": ops}
-        with open(os.path.join(where, f"store-{node}.json"), "w") as out:
+        seconds = time.monotonic() - self._started
+        record = {"node": node, "seconds": seconds, "joined": self._joined, "ops": ops}
+        name = f"store-{node}{'-' + phase if phase else ''}.json"
+        with open(os.path.join(where, name), "w") as out:
             json.dump(record, out)
 
 
