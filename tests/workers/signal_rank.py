@@ -33,8 +33,12 @@ signal.signal(signal.SIGTERM, on_term)
 signal.signal(signal.SIGINT, on_term)
 signal.signal(signal.SIGUSR1, on_user)
 signal.signal(signal.SIGUSR2, on_user)
-with open(os.path.join(os.environ["PIDS_DIR"], f"ready-{rank}"), "w") as out:
+# Written aside and renamed: the test reads the pid as soon as the name appears.
+ready = os.path.join(os.environ["PIDS_DIR"], f"ready-{rank}")
+pending = os.path.join(os.environ["PIDS_DIR"], f".pending-{rank}")  # not matched by ready-*
+with open(pending, "w") as out:
     out.write(f"{os.getpid()}\n")
+os.replace(pending, ready)
 print(f"{where} ready", flush=True)
 if os.environ.get("FAIL_RANK") == rank:
     time.sleep(float(os.environ.get("FAIL_AFTER_S", "0")))
