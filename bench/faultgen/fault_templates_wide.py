@@ -30,19 +30,9 @@ COMM = "comm.py"
 COMM_MODULE = '''\
 """The job's collectives behind a class: every call two or three frames below the loop."""
 
-import os
-import time
-
 import torch
 import torch.distributed as dist
-
-
-def _moment():
-    path = os.environ.get("FAULTGEN_MOMENT")
-    if path:
-        with open(path, "a") as out:
-            out.write(f"{time.time()}\\n")
-    return True
+from helpers import _moment
 
 
 class Comm:
