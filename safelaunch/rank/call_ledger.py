@@ -134,7 +134,7 @@ class Ledger:
         takes for what the rank is doing.
         """
         with self._lock:
-            finished = [key for key, (_, work) in self.works.items() if _completed(work)]
+            finished = [key for key, (_, work) in self.works.items() if completed(work)]
             numbers = [n for key in finished for n in self.works.pop(key)[0]]
         for n in numbers:
             self.writer.done(n)
@@ -150,9 +150,12 @@ class Ledger:
             self.writer.group(self.group_name(group), sorted(ranks), desc)
 
 
-def _completed(work: Any) -> bool:
+def completed(work: Any) -> bool:
+    """The work completed, and not with an error: Gloo's work that timed out or lost its
+    peer is_completed() too (measured, torch 2.13), yet the rank raised in its wait():
+    that call is where it stopped, as a blocking call that raised has no `D` either."""
     try:
-        return bool(work.is_completed())
+        return bool(work.is_completed()) and work.exception() is None
     except Exception:
         return True  # an unusable work: nothing will complete it
 
