@@ -26,6 +26,7 @@ KINDS = ("skipped", "extra", "other size", "other dtype", "stuck", "p2p cycle")
 OPS = ("all_reduce", "broadcast", "all_gather")
 SHAPES = ("[4]", "[8]", "[2, 3]", "[16]")
 DTYPES = ("float32", "bfloat16", "int64")
+SENDS = ("send", "isend")
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,8 @@ def _nth(calls: list[Call], group: str, count: int | None) -> Call | None:
 def _partner(issued: dict[int, list[Call]], rank: int, call: Call) -> Call | None:
     """The peer's matching call, when it is its last (pending) one: the j-th each way."""
     assert call.peer is not None
-    sending = call.op == "send"
-    mine = [c for c in issued[rank] if c.peer == call.peer and (c.op == "send") == sending]
-    theirs = [c for c in issued[call.peer] if c.peer == rank and (c.op == "send") != sending]
+    sending = call.op in SENDS
+    mine = [c for c in issued[rank] if c.peer == call.peer and (c.op in SENDS) == sending]
+    theirs = [c for c in issued[call.peer] if c.peer == rank and (c.op in SENDS) != sending]
     j = mine.index(call)
     return theirs[j] if j < len(theirs) else None

@@ -287,7 +287,7 @@ def _weigh(
     items = [
         *([first] if first is not None else []),
         *w.survivor_items(survivors, first, threads or {}),
-        *w.flight_items(collectives, [p.rank for p in places if p.waiting]),
+        *w.flight_items(collectives, [p.rank for p in places if p.waiting], ledgers),
         *w.hang_items(hang, threads or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
         *items_of_ledgers(ledgers),

@@ -15,9 +15,10 @@ oldest lines (the cap), positions are the counts in the group alone.
   members called another op, size or dtype (`other call`), never called it (`never
   called`), or called where most made no call (`extra call`).
 - Without a majority (two members, or a tie), each member against its own earlier calls
-  at that point of its loop (group, op, dtype[shape] and file:line, one loop period
-  back; before two whole periods exist, the moves from one call to the next that the
-  program made, in the other ranks' ledgers and its own, group names left out): the
+  at that point of its loop: first its whole ledger's (own_loop.py: every kind and group,
+  the longest context seen before and what followed it), then these groups' calls (one
+  loop period back; before two whole periods exist, the moves from one call to the next
+  that the program made, in the other ranks' ledgers and its own, group names left out): the
   member that departs from its loop while the others keep to theirs is odd; when none
   or all do, or one cannot be told, the group is undecided, and nobody is named.
 - Where the members made the same call from different lines (legitimate: `if rank == 0:
@@ -37,6 +38,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from safelaunch.diagnose import own_loop
 from safelaunch.diagnose.loop_moves import Program, by_moves, program_of
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
@@ -149,7 +151,7 @@ def _first_divergence(
         if len(voters) < 2 or len({_full(at[m]) for m in voters}) == 1:
             continue
         if len({_short(at[m]) for m in voters}) == 1:  # the same call from other lines
-            found = _by_own_loop(group, members, count, calls, voters, program)
+            found = _by_own_loop(group, members, count, calls, voters, program, ledgers)
             if isinstance(found, GroupDivergence):
                 return found
             site = site or _by_site(group, members, count, at, voters) or found
@@ -158,7 +160,7 @@ def _first_divergence(
             majority = _majority({m: _short(at[m]) for m in voters})
             if majority is not None:
                 return _by_majority(group, members, count, at, voters, majority)
-        found = _by_own_loop(group, members, count, calls, voters, program)
+        found = _by_own_loop(group, members, count, calls, voters, program, ledgers)
         # past an extra call from another line, each loop is compared shifted: no verdict
         return found if site is None else site
     return site
@@ -242,6 +244,7 @@ def _by_own_loop(
     calls: Mapping[int, Mapping[int, Call]],
     voters: Sequence[int],
     program: Program,
+    ledgers: Mapping[int, CallLedger],
 ) -> GroupDivergence | Undecided:
     departs: dict[int, bool] = {}
     loops: dict[int, str] = {}
@@ -249,7 +252,11 @@ def _by_own_loop(
         history = [_full(calls[m].get(k)) for k in range(min(calls[m], default=count), count)]
         current = _full(calls[m].get(count))
         period = _period(history)
-        if period is not None:
+        here = calls[m].get(count)
+        kept = None if here is None else own_loop.keeps(ledgers[m], here)
+        if kept is not None:  # its whole ledger, every kind and group: the strongest
+            departs[m], loops[m] = not kept, f"rank {m}'s calls before it"
+        elif period is not None:
             loops[m] = f"rank {m} every {period}"
             departs[m] = current != history[-period]
         else:  # not two whole periods yet: the moves the program made before

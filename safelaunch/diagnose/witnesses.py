@@ -97,13 +97,18 @@ def _members(d: Divergence) -> str:
     return ",".join(map(str, d.ranks))
 
 
-def flight_items(forensics: Forensics | None, waiting: Iterable[int] = ()) -> list[Item]:
+def flight_items(
+    forensics: Forensics | None, waiting: Iterable[int] = (), ledgered: Iterable[int] = ()
+) -> list[Item]:
     """Divergences: a different call is content; a member that never called it, behind.
 
     `waiting`: ranks seen waiting inside a collective (stacks, heartbeats). A member that
     never called a subgroup's collective because it waits in another one is blocked there,
     not the cause: that finding is last-resort evidence only (the wait-for graph and the
-    stacks say whom it waits for).
+    stacks say whom it waits for). `ledgered`: ranks with a call ledger: a pair of them
+    that both receive (or send) is the wait-for graph's to judge, which reads the same
+    calls with each rank's own loop (a stage that skipped its send leaves its peer and
+    itself both receiving: the pair alone would blame both).
     """
     if forensics is None:
         return []
@@ -135,9 +140,12 @@ def flight_items(forensics: Forensics | None, waiting: Iterable[int] = ()) -> li
                     + ("; it waits in another collective" if elsewhere else ""),
                 )
             )
+    known = set(ledgered)
     for w in forensics.p2p:
         if w.kind == WaitKind.UNANSWERED:
             continue  # who should answer is a guess from the pairing alone
+        if set(w.ranks) <= known:
+            continue
         calls = "; ".join(f"rank {r} {c}" for r, c in w.calls)
         items.append(
             Item(

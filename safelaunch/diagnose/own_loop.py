@@ -1,0 +1,108 @@
+"""Does a rank's call keep to its own loop? Its ledger before the call predicts the call.
+
+A training loop repeats itself: what a rank called before, in the same context, is what
+it calls now. The prediction is the longest context (the calls just before this one,
+every kind and group: collectives, sends, receives, with their group, peer, tag,
+dtype[shape] and file:line) that occurred earlier in the rank's ledger, and what followed
+it there. Only where that is one call, the prediction stands:
+
+- the calls that followed the longest earlier context differ: the loop branches there
+  (data-dependent work, a step that logs): no prediction;
+- the ledger ends in a run of one repeated call (an all_reduce per parameter, one per
+  microbatch, one per step) and no earlier context longer than the run says what came
+  after such a run: whether the run goes on or ends is not known (the last broadcast of
+  the parameters at start looks like every other one): no prediction;
+- no context occurred before (the first step, a rank's first move somewhere), or only
+  one call of context, seen once (a call followed by another once may be followed by a
+  third the next time: the first step's last call): none.
+
+A departure is then what the rank did that its own loop does not (a call skipped, one
+more, another size), whatever the other ranks did; keeping to it is the counterpart that
+lets the comparison of two ranks, or a wait-for graph, name the other one. The rank's
+whole ledger counts, not only one group's collectives: a pipeline stage's sends and
+receives say where in its loop a collective falls. Pure: ledgers in, answers out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from safelaunch.rundir.calls_file import Call, CallLedger
+
+Token = tuple[str, ...]
+START: Token = ("start",)
+HISTORY = 2000  # calls looked back at: a loop's period is far shorter
+CONTEXT = 64  # calls of context that make a match long enough to stand
+
+
+def token(call: Call) -> Token:
+    """One call as the loop repeats it: everything but its numbers."""
+    peer = "" if call.peer is None else str(call.peer)
+    return (call.kind, call.group, call.op, call.what, peer, str(call.tag), call.where)
+
+
+def history(ledger: CallLedger, before: Call | None = None) -> list[Token]:
+    """The rank's calls before `before` (all of them: None), the start first where the
+    ledger has its first call."""
+    calls = [c for c in ledger.calls if before is None or c.n < before.n]
+    start = [START] if not ledger.truncated else []
+    return start + [token(c) for c in calls[-HISTORY:]]
+
+
+def predict(seen: Sequence[Token]) -> Token | None:
+    """The call the loop makes after `seen`, or None where it cannot say (docstring)."""
+    found = _prediction(seen)
+    return None if found is None else found[0]
+
+
+def _prediction(seen: Sequence[Token]) -> tuple[Token, int] | None:
+    """The predicted call and how many times the loop was seen making it there."""
+    n = len(seen)
+    if n < 2:
+        return None
+    run = 1
+    while run < n and seen[n - 1 - run] == seen[-1]:
+        run += 1
+    best, times = 0, 0
+    followers: set[Token] = set()
+    for end in range(n - 1):  # an earlier occurrence ending at `end`, followed by seen[end + 1]
+        length = 0
+        while length < CONTEXT and length <= end and seen[end - length] == seen[-1 - length]:
+            length += 1
+        if length == 0 or length < best:
+            continue
+        if length > best:
+            best, followers, times = length, set(), 0
+        followers.add(seen[end + 1])
+        times += 1
+    if best == 0 or len(followers) != 1:
+        return None
+    if best == 1 and times < 2:  # one move seen once: the loop may branch there
+        return None
+    if run >= 2 and best <= run and best < CONTEXT:  # where such a run ends was never seen
+        return None
+    return followers.pop(), times
+
+
+def keeps(ledger: CallLedger, call: Call) -> bool | None:
+    """Whether `call` is what the rank's loop makes there; None where it cannot say.
+
+    A call the rank never made before departs only where its loop went on without it
+    twice at least: once is what a loop that logs every other step looks like the first
+    time it logs (an extra call and the other rank's skipped one look alike there).
+    """
+    seen = history(ledger, call)
+    found = _prediction(seen)
+    if found is None:
+        return None
+    predicted, times = found
+    mine = token(call)
+    if mine != predicted and times < 2 and mine not in seen:
+        return None
+    return mine == predicted
+
+
+def expected(ledger: CallLedger, call: Call | None = None) -> Token | None:
+    """The call the rank's loop makes next after its calls before `call` (None: after
+    all of them): where a rank that made no further call should have been."""
+    return predict(history(ledger, call))

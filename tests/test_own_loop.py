@@ -1,0 +1,157 @@
+"""Each rank's own loop (diagnose/own_loop.py) on generated pipelines (tests/pipeline_sim.py):
+a line or a ring of 2-6 stages, 1-3 microbatches, sends and receives, a prologue, a call
+made every other step; a stage skips a send, stops, calls another size, skips the
+periodic call, or every stage receives first. The ledgers go through the arbiter
+(ledger_items + decide), as a real job's would.
+
+Measured with this seed (150 cases a kind): never an innocent rank. Before the own-loop
+rule, a skipped send of a pipeline read as a deadlock of the whole cycle: 181 of 300 such
+cases named innocent stages (the same generator, the engine at bad34cd).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pipeline_sim
+import pytest
+
+from safelaunch.diagnose.arbiter import decide
+from safelaunch.diagnose.ledger_items import items_of_ledgers
+from safelaunch.diagnose.own_loop import START, predict
+from safelaunch.rundir.calls_file import Call, CallKind, CallLedger, Group
+
+CASES = 150
+# the share a kind must name at least (measured with this seed: skipped send 0.43, stuck
+# 0.83, other size 0.98, skipped periodic 0.34, p2p cycle 1.00): the rest are faults in a
+# loop's first steps, where a stage's own loop cannot say yet, and name nobody
+RECALL = {
+    "skipped send": 0.3,
+    "p2p cycle": 0.95,
+    "stuck": 0.7,
+    "other size": 0.9,
+    "skipped periodic": 0.2,
+}
+
+
+def _tokens(*names: str) -> list[tuple[str, ...]]:
+    return [START, *((n,) for n in names)]
+
+
+def test_the_loop_is_the_longest_context_seen_before() -> None:
+    assert predict(_tokens("a", "b", "c", "a", "b", "c", "a", "b")) == ("c",)
+    # a microbatch's two receives, then the step's end: seen once is enough with context
+    assert predict(_tokens("r", "r", "s", "s", "ar", "r", "r", "s", "s")) == ("ar",)
+    # every other step logs: the step that logs follows one that did not
+    assert predict(_tokens("a", "b", "a", "a", "b", "a", "a", "b", "a")) == ("a",)
+
+
+def test_where_the_loop_cannot_say_there_is_no_prediction() -> None:
+    assert predict(_tokens("a", "b", "c")) is None  # the first step
+    assert predict(_tokens("a", "b", "c", "a")) is None  # one move, seen once
+    assert predict(_tokens("b", "b", "b", "b")) is None  # does the run go on?
+    assert predict(_tokens("s", "s", "s")) is None  # one call a step: the same question
+    assert predict(_tokens("a", "x", "a", "y", "a")) is None  # it branches
+
+
+@pytest.mark.parametrize("kind", pipeline_sim.KINDS)
+def test_a_generated_pipeline_fault_never_names_an_innocent_stage(kind: str) -> None:
+    rng = random.Random(f"24-{kind}")
+    found, wrong = 0, []
+    for _ in range(CASES):
+        case = pipeline_sim.generate(rng, kind)
+        verdict = decide(items_of_ledgers(case.ledgers))
+        truth = set(case.cycle) if kind == "p2p cycle" else {case.culprit}
+        if set(verdict.culprits) - truth:
+            wrong.append((case.world, case.culprit, verdict.decided_by))
+        found += bool(verdict.culprits)
+    assert wrong == []
+    assert found >= RECALL[kind] * CASES, f"{kind}: {found} of {CASES}"
+
+
+def _ring(world: int, skip_step: int | None, steps: int, cycle_step: int | None = None):
+    """The classic template's ring: rank 0 sends then receives, the others receive then
+    send, then an all_reduce; rank 0 skips its send at `skip_step`; or every stage
+    receives first at `cycle_step` (from one new line)."""
+    programs = {}
+    for r in range(world):
+        nxt, prv = (r + 1) % world, (r - 1) % world
+        calls = []
+        for step in range(steps):
+            if step == cycle_step:
+                calls.append(("recv", prv, "t.py:82"))
+            if r == 0:
+                calls += [("send", nxt, "t.py:84")] if step != skip_step else []
+                calls.append(("recv", prv, "t.py:85"))
+            else:
+                calls += [("recv", prv, "t.py:87"), ("send", nxt, "t.py:88")]
+            calls.append(("all_reduce", None, "t.py:93"))
+        programs[r] = calls
+    return programs
+
+
+def _run_until_stuck(programs: dict[int, list[tuple[str, int | None, str]]]):
+    from ledger_sim import Case, Step, run
+
+    world = len(programs)
+    steps = {
+        r: [
+            Step("collective", "0", op, "float32[2]", where)
+            if peer is None
+            else Step(op, op=op, what="float32[4, 8]", where=where, peer=peer)
+            for op, peer, where in calls
+        ]
+        for r, calls in programs.items()
+    }
+    case = Case(kind="", world=world, groups={"0": tuple(range(world))}, programs=steps,
+                culprit=None)  # fmt: skip
+    return run(case)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_a_ring_stage_that_skips_its_send_at_step_0_is_one_of_them_later_itself(
+    world: int,
+) -> None:
+    """docs/benchmarks.md's skip_collective:680844: every stage then waits in a receive,
+    which read as a p2p deadlock of all three. At step 0 no loop says whose receive is
+    out of place ("one of these"); from the third step rank 0's own loop names it."""
+    early = decide(items_of_ledgers(_run_until_stuck(_ring(world, 0, 4))))
+    assert early.culprits == () and early.disagreeing[0].ambiguous
+    later = decide(items_of_ledgers(_run_until_stuck(_ring(world, 2, 4))))
+    assert later.culprits == (0,), later
+
+
+@pytest.mark.parametrize("step", [0, 1, 3])
+def test_a_true_p2p_cycle_names_every_stage_from_the_first_step(step: int) -> None:
+    verdict = decide(items_of_ledgers(_run_until_stuck(_ring(3, None, 4, cycle_step=step))))
+    assert verdict.culprits == (0, 1, 2), verdict
+
+
+def _ledger(rank: int, calls: list[Call]) -> CallLedger:
+    return CallLedger(rank=rank, groups=(Group(name="0", ranks=(0, 1)),), calls=tuple(calls))
+
+
+@pytest.mark.parametrize("late", [0, 1])
+def test_two_ranks_one_waits_in_its_loop_s_call_the_other_never_came(late: int) -> None:
+    """1:1, the wait-for graph alone cannot say which side departed: the waiter receives
+    as it did every step before, so the rank it waits for (asleep, computing) is named."""
+    waiter = 1 - late
+    step = [("send", "t.py:20"), ("recv", "t.py:21"), ("all_reduce", "t.py:25")]
+    calls: dict[int, list[Call]] = {0: [], 1: []}
+    for rank in (waiter, late):
+        for i, (op, where) in enumerate(step * 3):
+            n = i + 1
+            kind = CallKind.COLLECTIVE if op == "all_reduce" else CallKind.P2P
+            peer = None if kind == CallKind.COLLECTIVE else 1 - rank
+            if rank == 1 and kind == CallKind.P2P:
+                op = "recv" if op == "send" else "send"
+            calls[rank].append(Call(n=n, kind=kind, op=op, group="0", peer=peer, where=where,
+                                    count=n // 3 if kind == CallKind.COLLECTIVE else None,
+                                    done=True))  # fmt: skip
+    # the waiter's next step: its first p2p call, with a peer that never came
+    first = calls[waiter][0]
+    pending = Call(**{**first.as_dict(), "n": len(calls[waiter]) + 1, "done": False,
+                      "blocked": True})  # type: ignore[arg-type]  # fmt: skip
+    calls[waiter].append(pending)
+    ledgers = {r: _ledger(r, c) for r, c in calls.items()}
+    assert decide(items_of_ledgers(ledgers)).culprits == (late,)
