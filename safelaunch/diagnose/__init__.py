@@ -284,9 +284,16 @@ def _weigh(
 
     ledgers = calls_file.read_all(outcome.attempt_dir)
     first = w.first_failure(found) if found is not None else None
+    # the failed ranks that stopped inside a call (a timeout, a mismatch): they waited in it
+    failed_inside = [
+        r.rank
+        for r in outcome.ranks
+        if r.state == RankEnding.FAILED
+        and any(c.blocked for c in getattr(ledgers.get(r.rank), "calls", ()))
+    ]
     items = [
         *([first] if first is not None else []),
-        *w.survivor_items(survivors, first, threads or {}),
+        *w.survivor_items(survivors, first, threads or {}, failed_inside),
         *w.flight_items(collectives, [p.rank for p in places if p.waiting], ledgers),
         *w.hang_items(hang, threads or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
@@ -267,22 +267,29 @@ def _detail_items(calls: Mapping[int, str]) -> list[Item]:
 
 
 def survivor_items(
-    survivors: Sequence[Whereabouts], first: Item | None, threads: Mapping[int, str] | None = None
+    survivors: Sequence[Whereabouts],
+    first: Item | None,
+    threads: Mapping[int, str] | None = None,
+    failed_inside: Collection[int] = (),
 ) -> list[Item]:
     """Where the other ranks were when the first one failed (taken before the teardown):
     a rank not in the collective the others wait in is the one they waited for.
 
     Only where the first failure only waited (a timeout) or followed a peer: beside an
     error of a rank's own, a survivor busy elsewhere is a healthy straggler, not evidence.
+    `failed_inside`: failed ranks that stopped inside a call (their ledgers: a timeout, a
+    mismatch): they waited too (a pipeline's waiting stages often all time out before
+    the snapshot is taken).
     """
     if first is not None and first.tier != Tier.FIRST_FAILURE:
         return []
     waiting = [g for g in survivors if g.waiting]
+    waiters = sum(len(g.ranks) for g in waiting) + len(set(failed_inside))
     elsewhere = [g for g in survivors if not g.waiting and (g.frames or g.ended)]
-    if not waiting or not elsewhere:
+    if not waiters or not elsewhere:
         return []
     ranks = tuple(sorted(r for g in elsewhere for r in g.ranks))
-    if len(ranks) >= sum(len(g.ranks) for g in waiting):
+    if len(ranks) >= waiters:
         return []  # most were elsewhere: nothing singles them out
     what = "; ".join(
         f"{ranks_label(g.ranks)} in {g.activity}" + (f" ({g.ended})" if g.ended else "")
