@@ -39,6 +39,7 @@ class Step:
     what: str = ""
     where: str = ""
     peer: int | None = None
+    hidden: bool = False  # a collective from C++ (DDP's): torch counts it, no ledger line
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Case:
     culprit: int | None  # None for a p2p cycle: nobody is to blame alone
     cycle: tuple[int, ...] = ()
     ledgers: dict[int, CallLedger] = field(default_factory=dict)
+    beats: dict[int, int] = field(default_factory=dict)  # the default group's op count
 
 
 def generate(rng: random.Random, kind: str) -> Case:
@@ -141,6 +143,7 @@ def run(case: Case) -> dict[int, CallLedger]:
     """Run the programs until nothing moves; each rank's ledger at that moment."""
     issued: dict[int, list[Call]] = {r: [] for r in range(case.world)}
     done: set[tuple[int, int]] = set()  # (rank, call number)
+    hidden: set[tuple[int, int]] = set()
     pc = dict.fromkeys(range(case.world), 0)
     moved = True
     while moved:
@@ -151,21 +154,41 @@ def run(case: Case) -> dict[int, CallLedger]:
             if waiting or pc[r] >= len(program) or program[pc[r]].kind == "stuck":
                 continue
             issued[r].append(_issue(program[pc[r]], issued[r]))
+            if program[pc[r]].hidden:
+                hidden.add((r, issued[r][-1].n))
             pc[r] += 1
             moved = True
         moved |= _complete(case, issued, done)
+    case.beats = {r: sum(1 for c in calls if c.group == "0") for r, calls in issued.items()}
     return {
         r: CallLedger(
             rank=r,
             groups=tuple(Group(name=g, ranks=m) for g, m in case.groups.items() if r in m),
-            calls=tuple(_finished(c, (r, c.n) in done) for c in calls),
+            calls=_written([c for c in calls if (r, c.n) not in hidden], r, done),
         )
         for r, calls in issued.items()
     }
 
 
+def _written(calls: list[Call], rank: int, done: set[tuple[int, int]]) -> tuple[Call, ...]:
+    """What the rank's ledger holds: its Python calls, numbered and counted without the
+    hidden ones (their seq, torch's count, still counts them)."""
+    written = []
+    counts: dict[str, int] = {}
+    for n, call in enumerate(calls, start=1):
+        fields = call.as_dict()
+        if call.count is not None:
+            counts[call.group] = counts.get(call.group, 0) + 1
+            fields["count"] = counts[call.group]
+        finished = (rank, call.n) in done
+        fields.update(n=n, done=finished, blocked=not finished)
+        written.append(Call(**fields))  # type: ignore[arg-type]
+    return tuple(written)
+
+
 def _issue(step: Step, before: list[Call]) -> Call:
     n = len(before) + 1
+    seq = sum(1 for c in before if c.group == step.group)  # torch counts p2p calls too
     if step.kind == "collective":
         count = 1 + sum(1 for c in before if c.count is not None and c.group == step.group)
         kind, peer = CallKind.COLLECTIVE, None
@@ -177,16 +200,11 @@ def _issue(step: Step, before: list[Call]) -> Call:
         op=step.op,
         group=step.group,
         count=count,
+        seq=seq,
         peer=peer,
         what=step.what,
         where=step.where,
     )
-
-
-def _finished(call: Call, done: bool) -> Call:
-    fields = call.as_dict()
-    fields.update(done=done, blocked=not done)
-    return Call(**fields)  # type: ignore[arg-type]
 
 
 def _complete(case: Case, issued: dict[int, list[Call]], done: set[tuple[int, int]]) -> bool:

@@ -18,7 +18,7 @@ import pytest
 
 from safelaunch.diagnose.arbiter import decide
 from safelaunch.diagnose.ledger_items import items_of_ledgers
-from safelaunch.diagnose.own_loop import START, predict
+from safelaunch.diagnose.own_loop import START, keeps, predict
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger, Group
 
 CASES = 150
@@ -38,9 +38,19 @@ def _tokens(*names: str) -> list[tuple[str, ...]]:
     return [START, *((n,) for n in names)]
 
 
+def _keeps(seen: list[str], call: str) -> bool | None:
+    """own_loop.keeps over a ledger of collectives named `seen`, then `call`."""
+    calls = [
+        Call(n=n, kind=CallKind.COLLECTIVE, op=name, group="0", count=n, done=True)
+        for n, name in enumerate([*seen, call], start=1)
+    ]
+    ledger = CallLedger(rank=0, groups=(Group(name="0", ranks=(0, 1)),), calls=tuple(calls))
+    return keeps(ledger, calls[-1])
+
+
 def test_the_loop_is_the_longest_context_seen_before() -> None:
     assert predict(_tokens("a", "b", "c", "a", "b", "c", "a", "b")) == ("c",)
-    # a microbatch's two receives, then the step's end: seen once is enough with context
+    # a microbatch's two receives, then the step's end: what followed them last time
     assert predict(_tokens("r", "r", "s", "s", "ar", "r", "r", "s", "s")) == ("ar",)
     # every other step logs: the step that logs follows one that did not
     assert predict(_tokens("a", "b", "a", "a", "b", "a", "a", "b", "a")) == ("a",)
@@ -48,10 +58,22 @@ def test_the_loop_is_the_longest_context_seen_before() -> None:
 
 def test_where_the_loop_cannot_say_there_is_no_prediction() -> None:
     assert predict(_tokens("a", "b", "c")) is None  # the first step
-    assert predict(_tokens("a", "b", "c", "a")) is None  # one move, seen once
     assert predict(_tokens("b", "b", "b", "b")) is None  # does the run go on?
     assert predict(_tokens("s", "s", "s")) is None  # one call a step: the same question
-    assert predict(_tokens("a", "x", "a", "y", "a")) is None  # it branches
+    # from the same context "c a" it went on to x once, to y once: it branches there
+    assert predict(_tokens("c", "a", "x", "c", "a", "y", "c", "a")) is None
+
+
+def test_a_departure_needs_the_time_before_to_agree() -> None:
+    """Keeping is doing what followed last time; departing needs two earlier times alike:
+    a loop's second step may differ from the rest (a warm-up, a branch taken once)."""
+    assert _keeps(["a", "b", "c", "a"], "b") is True
+    assert _keeps(["a", "b", "c", "a"], "c") is None  # once is not a loop
+    assert _keeps(["a", "b", "c", "a", "b", "c", "a"], "c") is False
+    # DDP's second step rebuilds its buckets: after it, the third step is no departure
+    warm = ["X", "X", "X", "X", "s", "X", "X", "X", "s", "X"]
+    assert _keeps(warm, "s") is None
+    assert _keeps(warm, "X") is True
 
 
 @pytest.mark.parametrize("kind", pipeline_sim.KINDS)
@@ -109,16 +131,19 @@ def _run_until_stuck(programs: dict[int, list[tuple[str, int | None, str]]]):
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_a_ring_stage_that_skips_its_send_at_step_0_is_one_of_them_later_itself(
+def test_a_ring_stage_that_skips_its_send_early_is_one_of_them_later_itself(
     world: int,
 ) -> None:
     """docs/benchmarks.md's skip_collective:680844: every stage then waits in a receive,
     which read as a p2p deadlock of all three. At step 0 no loop says whose receive is
-    out of place ("one of these"); from the third step rank 0's own loop names it."""
-    early = decide(items_of_ledgers(_run_until_stuck(_ring(world, 0, 4))))
-    assert early.culprits == () and early.disagreeing[0].ambiguous
-    later = decide(items_of_ledgers(_run_until_stuck(_ring(world, 2, 4))))
-    assert later.culprits == (0,), later
+    out of place ("one of these"); from the fourth step, where rank 0's loop went from
+    the all_reduce to its send twice before, its own loop names it."""
+    for step in (0, 1, 2):
+        early = decide(items_of_ledgers(_run_until_stuck(_ring(world, step, 6))))
+        assert early.culprits == () and early.disagreeing[0].ambiguous
+    for step in (3, 5):
+        later = decide(items_of_ledgers(_run_until_stuck(_ring(world, step, 6))))
+        assert later.culprits == (0,), later
 
 
 @pytest.mark.parametrize("step", [0, 1, 3])

@@ -174,7 +174,17 @@ def diagnose(
         klass = hang_class(hang) if hang else None
         places = _places(outcome, hang, heartbeat_dir)
         return Diagnosis(
-            verdict=_weigh(None, hang, collectives, texts, outcome, places, survivors, threads),
+            verdict=_weigh(
+                None,
+                hang,
+                collectives,
+                texts,
+                outcome,
+                places,
+                survivors,
+                threads,
+                read_counts(heartbeat_dir, [r.rank for r in outcome.ranks]),
+            ),
             places=places,
             root_cause=None,
             error=None,
@@ -193,7 +203,7 @@ def diagnose(
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
     places = _places(outcome, hang, heartbeat_dir, survivors)
-    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads)
+    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads, beats)
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -271,18 +281,23 @@ def _weigh(
     places: Sequence[RankPlace],
     survivors: Sequence[Whereabouts] = (),
     threads: Mapping[int, str] | None = None,
+    beats: Mapping[int, int | None] | None = None,
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
     is placed where the hang's stacks, else its last heartbeat record, saw it.
-    `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places)."""
+    `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places).
+    `beats`: each rank's default-group op count at its last heartbeat record (the
+    collectives from C++ its ledger does not hold: unseen_calls.py)."""
     from dataclasses import replace
 
     from safelaunch.diagnose import witnesses as w
     from safelaunch.diagnose.arbiter import decide
     from safelaunch.diagnose.ledger_items import items_of_ledgers, last_groups
-    from safelaunch.rundir import calls_file
+    from safelaunch.diagnose.unseen_calls import issued_by_flights, with_unseen
+    from safelaunch.rundir import calls_file, flight_file
 
-    ledgers = calls_file.read_all(outcome.attempt_dir)
+    flights = issued_by_flights(flight_file.read_ours(flight_file.directory(outcome.attempt_dir)))
+    ledgers = with_unseen(calls_file.read_all(outcome.attempt_dir), beats, flights)
     first = w.first_failure(found) if found is not None else None
     # the failed ranks that stopped inside a call (a timeout, a mismatch): they waited in it
     failed_inside = [

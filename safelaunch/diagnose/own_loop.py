@@ -12,9 +12,11 @@ it there. Only where that is one call, the prediction stands:
   microbatch, one per step) and no earlier context longer than the run says what came
   after such a run: whether the run goes on or ends is not known (the last broadcast of
   the parameters at start looks like every other one): no prediction;
-- no context occurred before (the first step, a rank's first move somewhere), or only
-  one call of context, seen once (a call followed by another once may be followed by a
-  third the next time: the first step's last call): none.
+- no context occurred before (the first step, a rank's first move somewhere): none.
+
+A rank keeps to its loop where it does what followed the longest context; it departs
+only where it does otherwise and the time before (the next longest context) was followed
+by the same call: once is not a loop (a warm-up step, a branch taken the first time).
 
 A departure is then what the rank did that its own loop does not (a call skipped, one
 more, another size), whatever the other ranks did; keeping to it is the counterpart that
@@ -55,51 +57,53 @@ def predict(seen: Sequence[Token]) -> Token | None:
     return None if found is None else found[0]
 
 
-def _prediction(seen: Sequence[Token]) -> tuple[Token, int] | None:
-    """The predicted call and how many times the loop was seen making it there."""
+def _prediction(seen: Sequence[Token]) -> tuple[Token, bool] | None:
+    """The call that followed the longest earlier context, and whether the next longest
+    one (another time the loop was there) was followed by the same call (`confirmed`)."""
     n = len(seen)
     if n < 2:
         return None
     run = 1
     while run < n and seen[n - 1 - run] == seen[-1]:
         run += 1
-    best, times = 0, 0
-    followers: set[Token] = set()
-    for end in range(n - 1):  # an earlier occurrence ending at `end`, followed by seen[end + 1]
+    matches = []  # (context length, end): an earlier occurrence ending at `end`
+    for end in range(n - 1):
         length = 0
         while length < CONTEXT and length <= end and seen[end - length] == seen[-1 - length]:
             length += 1
-        if length == 0 or length < best:
-            continue
-        if length > best:
-            best, followers, times = length, set(), 0
-        followers.add(seen[end + 1])
-        times += 1
-    if best == 0 or len(followers) != 1:
+        if length:
+            matches.append((length, end))
+    if not matches:
         return None
-    if best == 1 and times < 2:  # one move seen once: the loop may branch there
-        return None
+    matches.sort(reverse=True)  # the longest first, the latest among equals
+    best, end = matches[0]
     if run >= 2 and best <= run and best < CONTEXT:  # where such a run ends was never seen
         return None
-    return followers.pop(), times
+    tied = [seen[e + 1] for length, e in matches if length == best]
+    if len(set(tied)) > 1:  # the loop went on differently from the same context
+        return None
+    followed = seen[end + 1]
+    confirmed = len(matches) > 1 and seen[matches[1][1] + 1] == followed
+    return followed, confirmed
 
 
 def keeps(ledger: CallLedger, call: Call) -> bool | None:
     """Whether `call` is what the rank's loop makes there; None where it cannot say.
 
-    A call the rank never made before departs only where its loop went on without it
-    twice at least: once is what a loop that logs every other step looks like the first
-    time it logs (an extra call and the other rank's skipped one look alike there).
+    Keeping is doing what the loop did the last time it was there. Departing needs the
+    time before to agree: a loop's first steps differ from the rest (DDP rebuilds its
+    buckets in the second; a pipeline warms up), and a call made for the first time is
+    what a loop that logs every other step looks like (an extra call and the other
+    rank's skipped one look alike there).
     """
-    seen = history(ledger, call)
-    found = _prediction(seen)
+    found = _prediction(history(ledger, call))
     if found is None:
         return None
-    predicted, times = found
+    predicted, confirmed = found
     mine = token(call)
-    if mine != predicted and times < 2 and mine not in seen:
-        return None
-    return mine == predicted
+    if mine == predicted:
+        return True
+    return False if confirmed else None
 
 
 def expected(ledger: CallLedger, call: Call | None = None) -> Token | None:
