@@ -239,3 +239,21 @@ def _partner(issued: dict[int, list[Call]], rank: int, call: Call) -> Call | Non
     theirs = [c for c in issued[call.peer] if c.peer == rank and (c.op in SENDS) != sending]
     j = mine.index(call)
     return theirs[j] if j < len(theirs) else None
+
+
+def judged(cases: list[Case], fill: bool = False) -> tuple[int, list[str]]:
+    """The arbiter over each case's ledgers (with the unseen calls put back: `fill`): how
+    many name a culprit, and the cases that name an innocent rank."""
+    from safelaunch.diagnose.arbiter import decide
+    from safelaunch.diagnose.ledger_items import items_of_ledgers
+    from safelaunch.diagnose.unseen_calls import with_unseen
+
+    found, wrong = 0, []
+    for case in cases:
+        ledgers = with_unseen(case.ledgers, case.beats) if fill else case.ledgers
+        verdict = decide(items_of_ledgers(ledgers))
+        truth = set(case.cycle) if case.culprit is None else {case.culprit}
+        if set(verdict.culprits) - truth:
+            wrong.append(f"world {case.world}, culprit {case.culprit}: {verdict.decided_by}")
+        found += bool(verdict.culprits)
+    return found, wrong

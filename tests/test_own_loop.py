@@ -15,6 +15,7 @@ import random
 
 import pipeline_sim
 import pytest
+from ledger_sim import judged
 
 from safelaunch.diagnose.arbiter import decide
 from safelaunch.diagnose.ledger_items import items_of_ledgers
@@ -79,14 +80,7 @@ def test_a_departure_needs_the_time_before_to_agree() -> None:
 @pytest.mark.parametrize("kind", pipeline_sim.KINDS)
 def test_a_generated_pipeline_fault_never_names_an_innocent_stage(kind: str) -> None:
     rng = random.Random(f"24-{kind}")
-    found, wrong = 0, []
-    for _ in range(CASES):
-        case = pipeline_sim.generate(rng, kind)
-        verdict = decide(items_of_ledgers(case.ledgers))
-        truth = set(case.cycle) if kind == "p2p cycle" else {case.culprit}
-        if set(verdict.culprits) - truth:
-            wrong.append((case.world, case.culprit, verdict.decided_by))
-        found += bool(verdict.culprits)
+    found, wrong = judged([pipeline_sim.generate(rng, kind) for _ in range(CASES)])
     assert wrong == []
     assert found >= RECALL[kind] * CASES, f"{kind}: {found} of {CASES}"
 

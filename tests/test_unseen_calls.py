@@ -15,9 +15,8 @@ import random
 
 import ddp_sim
 import pytest
+from ledger_sim import judged
 
-from safelaunch.diagnose.arbiter import decide
-from safelaunch.diagnose.ledger_items import items_of_ledgers
 from safelaunch.diagnose.unseen_calls import is_unseen, with_unseen
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger, Group
 
@@ -28,13 +27,7 @@ RECALL = {"skipped": 0.65, "other size": 0.8, "extra": 0.8, "stuck": 0.75}
 @pytest.mark.parametrize("kind", ddp_sim.KINDS)
 def test_a_generated_ddp_fault_never_names_an_innocent_rank(kind: str) -> None:
     rng = random.Random(f"24-{kind}")
-    found, wrong = 0, []
-    for _ in range(CASES):
-        case = ddp_sim.generate(rng, kind)
-        verdict = decide(items_of_ledgers(with_unseen(case.ledgers, case.beats)))
-        if set(verdict.culprits) - {case.culprit}:
-            wrong.append((case.world, case.culprit, verdict.decided_by))
-        found += bool(verdict.culprits)
+    found, wrong = judged([ddp_sim.generate(rng, kind) for _ in range(CASES)], fill=True)
     assert wrong == []
     assert found >= RECALL[kind] * CASES, f"{kind}: {found} of {CASES}"
 
