@@ -159,7 +159,10 @@ def run(case: Case) -> dict[int, CallLedger]:
             pc[r] += 1
             moved = True
         moved |= _complete(case, issued, done)
-    case.beats = {r: sum(1 for c in calls if c.group == "0") for r, calls in issued.items()}
+    case.beats = {  # the heartbeat's count: the default group's collectives (rank/beat.py)
+        r: sum(1 for c in calls if c.group == "0" and c.kind == CallKind.COLLECTIVE)
+        for r, calls in issued.items()
+    }
     return {
         r: CallLedger(
             rank=r,

@@ -4,8 +4,8 @@ DDP's reducer all_reduces its gradient buckets from C++ (so does a library's own
 and no Python call writes them in the call ledger. torch counts every op a group issues
 (collectives and p2p calls alike), those included: each ledger line carries the group's
 count before its call (`seq`, rundir/calls_file.py), the rank's heartbeat the default
-group's count as it last wrote, and its flight record (where the launcher asked for one)
-each group's collectives. A gap between two lines of a group is that many ops from C++,
+group's collectives as it last wrote, and its flight record (where the launcher asked
+for one) each group's collectives. A gap between two lines of a group is that many ops from C++,
 put back where they were; so are the collectives the heartbeat or the flight record
 counted after the rank's last line (unless the rank is blocked in a call of its ledger:
 nothing came after it).
@@ -37,8 +37,9 @@ def with_unseen(
     flights: Mapping[int, Mapping[str, int]] | None = None,
 ) -> dict[int, CallLedger]:
     """Every ledger with its unseen collectives written in (module docstring). `beats`:
-    the default group's op count at each rank's last heartbeat record; `flights`: the
-    collectives each group issued by the rank's flight record (issued_by_flights)."""
+    the default group's collective count at each rank's last heartbeat record (its p2p
+    ops taken out: rank/beat.py); `flights`: the collectives each group issued by the
+    rank's flight record (issued_by_flights)."""
     return {
         r: _filled(ledger, (beats or {}).get(r), (flights or {}).get(r, {}))
         for r, ledger in ledgers.items()
@@ -95,11 +96,10 @@ def _filled(ledger: CallLedger, beat: int | None, flight: Mapping[str, int]) -> 
                     call = _with(call, count=place[group])
         calls.append(call)
     if not any(c.blocked for c in ledger.calls):  # issued after its last line, from C++
-        if beat is not None and WORLD in counted:
-            for _ in range(beat - issued.get(WORLD, 0)):
-                place[WORLD] = place.get(WORLD, 0) + 1
-                calls.append(_unseen(WORLD, place[WORLD]))
-        for group, last in sorted(flight.items()):
+        counts = dict(flight)
+        if beat is not None:
+            counts[WORLD] = max(counts.get(WORLD, 0), beat)
+        for group, last in sorted(counts.items()):
             if group in counted:
                 for at in range(place.get(group, 0) + 1, last + 1):
                     place[group] = at
