@@ -11,7 +11,8 @@ it there. Only where that is one call, the prediction stands:
 - the ledger ends in a run of one repeated call (an all_reduce per parameter, one per
   microbatch, one per step) and no earlier context longer than the run says what came
   after such a run: whether the run goes on or ends is not known (the last broadcast of
-  the parameters at start looks like every other one): no prediction;
+  the parameters at start looks like every other one): going on keeps to the loop,
+  leaving the run is no departure;
 - no context occurred before (the first step, a rank's first move somewhere): none.
 
 A rank keeps to its loop where it does what followed the longest context; it departs
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from safelaunch.diagnose.unseen_calls import is_unseen
 from safelaunch.rundir.calls_file import Call, CallLedger
 
 Token = tuple[str, ...]
@@ -77,12 +79,14 @@ def _prediction(seen: Sequence[Token]) -> tuple[Token, bool] | None:
         return None
     matches.sort(reverse=True)  # the longest first, the latest among equals
     best, end = matches[0]
-    if run >= 2 and best <= run and best < CONTEXT:  # where such a run ends was never seen
-        return None
     tied = [seen[e + 1] for length, e in matches if length == best]
     if len(set(tied)) > 1:  # the loop went on differently from the same context
         return None
     followed = seen[end + 1]
+    if run >= 2 and best <= run and best < CONTEXT:
+        # where such a run ends was never seen: going on with it keeps to the loop (one
+        # all_reduce a step), but leaving it is no departure (the last parameter's)
+        return followed, False
     confirmed = len(matches) > 1 and seen[matches[1][1] + 1] == followed
     return followed, confirmed
 
@@ -90,7 +94,8 @@ def _prediction(seen: Sequence[Token]) -> tuple[Token, bool] | None:
 def keeps(ledger: CallLedger, call: Call) -> bool | None:
     """Whether `call` is what the rank's loop makes there; None where it cannot say.
 
-    Keeping is doing what the loop did the last time it was there. Departing needs the
+    Keeping is doing what the loop did the last time it was there (for a collective from
+    C++, which all look alike, the time before must agree too). Departing needs the
     time before to agree: a loop's first steps differ from the rest (DDP rebuilds its
     buckets in the second; a pipeline warms up), and a call made for the first time is
     what a loop that logs every other step looks like (an extra call and the other
@@ -101,8 +106,8 @@ def keeps(ledger: CallLedger, call: Call) -> bool | None:
         return None
     predicted, confirmed = found
     mine = token(call)
-    if mine == predicted:
-        return True
+    if mine == predicted:  # a collective from C++ says little unless the loop is known
+        return True if confirmed or not is_unseen(call) else None
     return False if confirmed else None
 
 
