@@ -14,8 +14,11 @@ so the ground truth is known by construction:
   which is where the thread is when the script has returned);
 - class: what the fault is, in vocab's FailureClass words: a collective or p2p call that
   differs, a p2p cycle and a stop-the-world pause past the group's timeout are
-  communication; a blocked read or a sleep in the data path and an early exit of one
-  rank's loop (one rank's data ran out) are data/sampling; an exception is the class of the
+  communication; a blocked read or a sleep in the data path and a clean early end of one
+  rank's loop (sys.exit(0), return: one rank's data ran out) are data/sampling; an early
+  exit with a code of its own (sys.exit(3)) is unknown: the program ended itself as
+  failed and nothing says why (before 2026-12-07 it was data/sampling too, which named
+  no reason the case has); an exception is the class of the
   layer it is raised from (model forward, loss, optimizer step and the model's helper:
   model/gradient; a Dataset's __getitem__, in a worker or not, and the data's helper:
   data/sampling); a SIGKILL is resources (what the OOM killer sends); a SIGSEGV, a SIGABRT
@@ -30,15 +33,17 @@ class in a helper module, DDP with no_sync; case ids SUITE:KIND:SEED). The kinds
 with it, and their classes:
 - backward_exception: raised inside an autograd Function's backward or a gradient hook:
   model/gradient, as an exception in the forward;
-- hard_exit: os._exit(k) in one rank's loop: the early exit's story (its loop ended while
-  the others went on: its data ran out), without the interpreter's teardown: no atexit,
-  no exit record, no traceback: data/sampling;
+- hard_exit: os._exit(k) in one rank's loop: the early exit's story without the
+  interpreter's teardown (no atexit, no traceback): data/sampling with k = 0, unknown
+  with a code of its own, as for sys.exit;
 - lock_wait, busy_loop: a rank that never returns from a lock (an Event nobody sets) or
   computes forever (Python bytecode, or one C call that holds the GIL) before its next
   collective: data/sampling in the data path (as a blocked read), unknown in the loop
   itself (no class fits a program's own deadlock or endless loop). A busy rank is
   progress to the hang detector (a long computation looks the same), so its case sets
-  the short group timeout: the others' timeout ends the job, as NCCL's would;
+  the short group timeout: the others' timeout ends the job, as NCCL's would (not in the
+  grid, whose subgroups keep torch's 30-minute default: nothing ends such a job within
+  the bench's budget, and the case is a miss whatever the launcher);
 - worker_killed: SIGKILL of one rank's DataLoader worker inside __getitem__: resources
   (what the OOM killer sends); the line is the worker's, which no rank's traceback shows.
 """
@@ -94,6 +99,7 @@ WORDS = ("alpha", "shard", "vortex", "quill", "ember", "lattice", "nimbus", "orb
 SIGNALS = {"SIGKILL": RES, "SIGSEGV": UNKNOWN, "SIGABRT": UNKNOWN}
 EXITS = ("sys.exit(0)", "return", "sys.exit(3)")
 HARD_EXITS = ("os._exit(0)", "os._exit(1)", "os._exit(7)")
+CLEAN_EXITS = ("sys.exit(0)", "return", "os._exit(0)")  # its loop ended: data/sampling
 LOCKS = (  # one line that never returns: a lock held by nobody who will release it
     "lock = threading.Lock(); lock.acquire(); lock.acquire()",
     "held = threading.Event(); held.wait()",
@@ -312,8 +318,9 @@ def generate(kind: str, seed: int, suite: str = "classic") -> Generated:
     elif kind == "signal":
         name = rng.choice(sorted(SIGNALS))
         insert, klass = f"{pad}if {guard}: os.kill(os.getpid(), signal.{name})", SIGNALS[name]
-    elif kind == "early_exit":
-        insert, klass = f"{pad}if {guard}: {rng.choice(EXITS)}", DATA
+    elif kind in ("early_exit", "hard_exit"):
+        how = rng.choice(EXITS if kind == "early_exit" else HARD_EXITS)
+        insert, klass = f"{pad}if {guard}: {how}", DATA if how in CLEAN_EXITS else UNKNOWN
     elif kind == "group_timeout":
         insert = f"{pad}if {guard}: time.sleep({PAUSE})"
     elif kind == "lingering_thread":
@@ -327,8 +334,6 @@ def generate(kind: str, seed: int, suite: str = "classic") -> Generated:
     elif kind == "backward_exception":
         error = rng.choice(ERRORS)
         insert, klass = f'{pad}if {guard}: raise {error}("{_words(rng)}")', MODEL
-    elif kind == "hard_exit":
-        insert, klass = f"{pad}if {guard}: {rng.choice(HARD_EXITS)}", DATA
     elif kind in ("lock_wait", "busy_loop"):
         block = rng.choice(LOCKS if kind == "lock_wait" else BUSY)
         insert = f"{pad}if {guard}: {block}"
