@@ -107,7 +107,10 @@ def from_report(report: dict[str, Any]) -> tuple[tuple[int, ...], str | None, st
     if culprits is not None:
         ranks = tuple(c["rank"] for c in culprits if c.get("rank") is not None)
         first = culprits[0] if culprits else {}
-        return ranks, zoo.short(first.get("location")), first.get("class"), disagreeing
+        # a culprit with no class of its own has the diagnosis's: report.json leaves
+        # "unknown" out of the culprit (it is no class), the diagnosis says it
+        klass = first.get("class") or (diagnosis["class"] if culprits else None)
+        return ranks, zoo.short(first.get("location")), klass, disagreeing
     ranks = zoo.reported_ranks(report)
     return ranks, zoo.reported_location(report), diagnosis["class"], disagreeing
 

@@ -252,6 +252,7 @@ def test_ranks_that_failed_inside_a_call_count_as_waiting_for_the_one_elsewhere(
     if world > 2:
         [item] = items
         assert item.ranks == (late,) and item.tier == Tier.BEHIND
+        assert item.klass == "unknown"  # its own code, not a dataset's: its stack is the lead
         assert decide([first, *items]).culprits == (late,)
     else:  # one against one: the count alone does not single it out
         assert items == []
@@ -259,3 +260,19 @@ def test_ranks_that_failed_inside_a_call_count_as_waiting_for_the_one_elsewhere(
     assert survivor_items(survivors, first, {}, ()) == (items if alive_waiting > 1 else [])
     own = Item(source=Source.FIRST_FAILURE, tier=Tier.OWN_ERROR, ranks=(failed[0],), says="x")
     assert survivor_items(survivors, own, {}, failed) == []  # beside an error of its own
+
+
+def test_a_rank_elsewhere_inside_a_dataset_method_is_data_sampling() -> None:
+    waiting = [
+        Whereabouts(
+            ranks=(r,), activity="ar", location="t.py:9", waiting=True, seqs=(3,), frozen=None
+        )
+        for r in (0, 1)
+    ]
+    reading = Whereabouts(
+        ranks=(2,), activity="read", location="t.py:50", waiting=False, seqs=(2,),
+        frozen=None, frames=(("t.py", 50, "__getitem__"), ("t.py", 67, "next_batch")),
+    )  # fmt: skip
+    first = Item(source=Source.FIRST_FAILURE, tier=Tier.FIRST_FAILURE, ranks=(0,), says="x")
+    [item] = survivor_items([*waiting, reading], first, {}, ())
+    assert (item.ranks, item.klass) == ((2,), "data/sampling")

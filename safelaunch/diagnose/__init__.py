@@ -20,7 +20,7 @@ from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.diagnose.stragglers import Arrivals
 from safelaunch.outcome import AttemptStatus, Outcome, RankEnding, RankResult
-from safelaunch.vocab import COMMUNICATION, DATA, UNKNOWN, FailureClass
+from safelaunch.vocab import COMMUNICATION, FailureClass
 
 # What only a failed or hung attempt needs (the root-cause rule, error texts, hang and
 # flight-record analysis, how ranks left) is imported where it is used: a launch imports
@@ -80,21 +80,10 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
         from safelaunch.hangs.analysis import UNEVEN_ITERATIONS
 
         return UNEVEN_ITERATIONS.klass
+    from safelaunch.hangs.analysis import place_class
+
     outside = [g for g in hang.groups if set(g.ranks) & set(hang.culprits) and not g.waiting]
-    if outside and all(_loading_data(g) for g in outside):
-        return DATA  # stuck fetching a batch: the dataset's code, its workers, the files
-    return UNKNOWN if outside else COMMUNICATION
-
-
-# the Dataset protocol's methods: a rank stuck in one of them is stuck loading data
-_DATASET_METHODS = frozenset({"__getitem__", "__getitems__"})
-
-
-def _loading_data(group: Whereabouts) -> bool:
-    """The ranks wait for their DataLoader workers, or are inside a Dataset's method."""
-    if group.children is not None and "DataLoader worker" in group.children:
-        return True
-    return any(func in _DATASET_METHODS for _, _, func in group.frames)
+    return place_class(outside) if outside else COMMUNICATION
 
 
 def evidence_of(

@@ -19,7 +19,7 @@ from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import WAITING, RootCause
 from safelaunch.diagnose.signatures import CONSEQUENCES
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
-from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
+from safelaunch.hangs.analysis import HangAnalysis, Whereabouts, place_class
 from safelaunch.ranktext import ranks_label
 from safelaunch.vocab import COMMUNICATION, FailureClass
 
@@ -295,12 +295,14 @@ def survivor_items(
         f"{ranks_label(g.ranks)} in {g.activity}" + (f" ({g.ended})" if g.ended else "")
         for g in elsewhere
     )
+    busy = [g for g in elsewhere if not g.ended]  # a script that ended is no place of work
     return [
         Item(
             source=Source.STACKS,
             tier=Tier.BEHIND,
             ranks=ranks,
             says=f"when the first rank failed, {what}, not in the collective the others waited in",
+            klass=place_class(busy) if len(busy) == len(elsewhere) else None,
             location=one(
                 (threads or {}).get(r) if g.ended else g.location
                 for g in elsewhere

@@ -19,6 +19,7 @@ from safelaunch.outcome import Outcome
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor import HangEvidence
+from safelaunch.vocab import DATA, UNKNOWN, FailureClass
 
 _DISTRIBUTED = "torch/distributed/"
 _DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
@@ -55,6 +56,24 @@ class Whereabouts:
     ended: str | None = None
     # it waits on its own children: where they are (hangs/child_waits.py)
     children: str | None = None
+
+
+# the Dataset protocol's methods: a rank stuck in one of them is stuck loading data
+_DATASET_METHODS = frozenset({"__getitem__", "__getitems__"})
+
+
+def loading_data(group: Whereabouts) -> bool:
+    """The ranks wait for their DataLoader workers, or are inside a Dataset's method."""
+    if group.children is not None and "DataLoader worker" in group.children:
+        return True
+    return any(func in _DATASET_METHODS for _, _, func in group.frames)
+
+
+def place_class(elsewhere: Sequence[Whereabouts]) -> FailureClass:
+    """The class of ranks found outside any collective: data/sampling where they all load
+    data (the dataset's code, its workers, the files), else unknown: their own code is
+    stuck, and its stack, not the network, is the lead."""
+    return DATA if elsewhere and all(loading_data(g) for g in elsewhere) else UNKNOWN
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
