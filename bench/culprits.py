@@ -4,6 +4,7 @@
         [--suite classic|wide] [--launchers safelaunch,torchrun] [--isolate auto|never]
         [--json out.json]
     .venv/bin/python bench/culprits.py --replay [SUITE:]KIND:SEED [--keep DIR]
+    .venv/bin/python bench/culprits.py --rescore RESULTS.json --keep DIR
 
 Each case is a training script written by bench/faultgen/fault_gen.py with one fault and
 its ground truth (culprit ranks, file:line, class, the moment of the fault); --suite
@@ -34,8 +35,11 @@ Per case and field (rank, location, class):
 
 Prints a table per kind and in total for each launcher, then every miss and confident
 wrong answer by kind with its KIND:SEED, which `--replay KIND:SEED` runs again (keeping the
-files with --keep). Minutes per 10 cases: not part of the test suite
-(tests/test_culprit_faults.py runs a small sample under safelaunch).
+files with --keep). `--rescore` scores a run's saved report.json files (its --json and
+--keep) again against the generator's truths as they are now, with this file's reading:
+two runs scored alike though a truth was corrected in between. Minutes per 10 cases:
+not part of the test suite (tests/test_culprit_faults.py runs a small sample under
+safelaunch).
 """
 
 from __future__ import annotations
@@ -304,6 +308,30 @@ def _progress(r: Result, done: int, total: int, files: Path | None) -> None:
         print(f"  truth: {r.truth}\n  files: {files}")
 
 
+def rescore(rows: list[dict[str, Any]], kept: Path) -> list[Result]:
+    """The results of a run's --json rows, their safelaunch reports read again from its
+    --keep directory, each case's truth generated again (module docstring)."""
+    results = []
+    for row in rows:
+        if row["launcher"] != "safelaunch":
+            continue
+        old = row["truth"]
+        truth = fault_gen.generate(old["kind"], old["seed"], old.get("suite", "classic")).truth
+        named = Named(**{**row["named"], "ranks": tuple(row["named"]["ranks"])})
+        where = kept / f"{truth.case_id.replace(':', '-')}-safelaunch" / "logs" / "latest"
+        reports = sorted(where.glob("attempt_*/report.json"))
+        if reports:
+            ranks, location, klass, disagreeing = from_report(json.loads(reports[0].read_text()))
+            named = Named(**{
+                **asdict(named), "ranks": tuple(ranks), "location": location, "klass": klass,
+                "disagreeing": None if disagreeing is None else tuple(disagreeing),
+            })  # fmt: skip
+        results.append(
+            Result(truth=truth, launcher="safelaunch", named=named, marks=score(truth, named))
+        )
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=300)
@@ -316,7 +344,12 @@ def main() -> int:
     parser.add_argument("--replay", metavar="[SUITE:]KIND:SEED", help="run one case again")
     parser.add_argument("--keep", type=Path, help="keep every case's files and logs here")
     parser.add_argument("--json", type=Path, help="write every result here")
+    parser.add_argument("--rescore", type=Path, metavar="RESULTS.json", help="score again")
     args = parser.parse_args()
+    if args.rescore:
+        again = rescore(json.loads(args.rescore.read_text()), args.keep or Path("."))
+        print(table(again), "", failures(again), sep="\n")
+        return 0
     # a job started with `&` by a shell ignores SIGINT: stopping it must still score the rest
     signal.signal(signal.SIGINT, signal.default_int_handler)
     launchers = tuple(name for name in args.launchers.split(",") if name)
