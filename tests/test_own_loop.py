@@ -118,7 +118,9 @@ def _run_until_stuck(programs: dict[int, list[tuple[str, int | None, str]]]):
     world = len(programs)
     steps = {
         r: [
-            Step("collective", "0", op, "float32[2]", where)
+            Step("stuck")
+            if op == "stuck"
+            else Step("collective", "0", op, "float32[2]", where)
             if peer is None
             else Step(op, op=op, what="float32[4, 8]", where=where, peer=peer)
             for op, peer, where in calls
@@ -180,3 +182,24 @@ def test_two_ranks_one_waits_in_its_loop_s_call_the_other_never_came(late: int) 
     calls[waiter].append(pending)
     ledgers = {r: _ledger(r, c) for r, c in calls.items()}
     assert decide(items_of_ledgers(ledgers)).culprits == (late,)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rank_seen_elsewhere_when_the_first_timed_out_is_the_one_waited_for(seed: int) -> None:
+    """1:1 in the first step, no loop to keep to yet: the stage stuck before its first
+    send is named where its stack was outside any call when the waiting one timed out;
+    a rank seen elsewhere that nobody waits for is never named."""
+    rng = random.Random(seed)
+    cases = [pipeline_sim.generate(rng, "stuck") for _ in range(60)]
+    for case in cases:
+        truth = case.culprit
+        others = [r for r in range(case.world) if r != truth]
+        busy = [truth, *rng.sample(others, rng.randint(0, len(others)))]  # computing too
+        verdict = decide(items_of_ledgers(case.ledgers, elsewhere=busy))
+        assert set(verdict.culprits) <= {truth}, (case.world, truth, busy, verdict)
+    # two stages, the first asleep before its first send: nobody has a loop yet
+    programs = _ring(2, None, 3)
+    ledgers = _run_until_stuck({0: [("stuck", None, "")], 1: programs[1]})
+    assert decide(items_of_ledgers(ledgers)).culprits == ()
+    assert decide(items_of_ledgers(ledgers, elsewhere=[0])).culprits == (0,)
+    assert decide(items_of_ledgers(ledgers, elsewhere=[1])).culprits == ()  # it waits

@@ -27,7 +27,7 @@ from safelaunch.vocab import COMMUNICATION, FailureClass
 # this package while its ranks run, and those modules were ~13 ms of the launcher's CPU
 # that a job which succeeds never uses (bench/vs_torchrun.py; tests/test_import_cost.py).
 if TYPE_CHECKING:
-    from safelaunch.diagnose.arbiter import Verdict
+    from safelaunch.diagnose.arbiter import Item, Verdict
     from safelaunch.diagnose.errortext import ErrorText
     from safelaunch.diagnose.jobwide import RankPlace
     from safelaunch.diagnose.leaving import Leave
@@ -301,7 +301,7 @@ def _weigh(
         *w.flight_items(collectives, [p.rank for p in places if p.waiting], ledgers),
         *w.hang_items(hang, threads or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
-        *items_of_ledgers(ledgers),
+        *items_of_ledgers(ledgers, _elsewhere(survivors, first)),
         *w.peer_address_items(texts, outcome.attempt_dir),
     ]
     verdict = decide(items)
@@ -311,6 +311,16 @@ def _weigh(
             placed = replace(verdict.decided_by, location=where[verdict.culprits[0]])
             verdict = replace(verdict, decided_by=placed)
     return verdict
+
+
+def _elsewhere(survivors: Sequence[Whereabouts], first: Item | None) -> list[int]:
+    """The survivors outside any call, their script not ended, where the first failure
+    only waited (a timeout) or followed a peer (witnesses.survivor_items says why)."""
+    from safelaunch.diagnose.arbiter import Tier
+
+    if first is None or first.tier != Tier.FIRST_FAILURE:
+        return []
+    return [r for g in survivors if not g.waiting and g.frames and not g.ended for r in g.ranks]
 
 
 def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:

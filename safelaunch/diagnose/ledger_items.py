@@ -4,7 +4,7 @@ each rank last called in (for torch's group-local DETAIL texts, witnesses.py).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
 from safelaunch.diagnose.group_calls import (
@@ -21,7 +21,9 @@ from safelaunch.rundir.calls_file import Call, CallLedger
 from safelaunch.vocab import COMMUNICATION
 
 
-def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
+def items_of_ledgers(
+    ledgers: Mapping[int, CallLedger], elsewhere: Collection[int] = ()
+) -> list[Item]:
     """The ledgers compared per group, and as a wait-for graph. Another op/size/dtype at a
     count, or one call more, by majority or against the rank's own loop, is content; a
     rank that never made the call, and a rank the others wait on, are behind; members
@@ -29,7 +31,7 @@ def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
 
     The wait-for graph's cycles and the ranks others wait for: waitfor_items.py (a
     cycle through a collective is broken by the members this comparison finds odd, even
-    only by another line).
+    only by another line; `elsewhere`: its words).
     """
     if not ledgers:
         return []
@@ -69,7 +71,7 @@ def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
         (d, tuple(sorted(m.rank for m in d.odd)), _pointed_one(ledgers, d))
         for d in comparison.divergences
     ]
-    items.extend(items_of_graph(wait_for(ledgers), ledgers, broke))
+    items.extend(items_of_graph(wait_for(ledgers), ledgers, broke, elsewhere))
     return items
 
 

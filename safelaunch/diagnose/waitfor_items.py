@@ -15,13 +15,15 @@ of the ranks in a cycle, or of a waiter and the rank it waits for, departed.
   the others' keeps (a stage that skipped a send and went on to the step's all_reduce).
 - A rank others wait for, itself in no call: named where it is waited for by more ranks
   than there are such ranks (waitfor.py); with as many (two ranks, 1:1) only where
-  every rank waiting for it keeps to its own loop in the call it waits in: the waiting
-  side did what it always does, the other did not come.
+  every rank waiting for it keeps to its own loop in the call it waits in (the waiting
+  side did what it always does, the other did not come), or where, when the first of
+  them failed only by timing out, the stacks saw it outside any call, its script not
+  ended (asleep, computing, reading: the one the timeout waited for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from safelaunch.diagnose import own_loop
 from safelaunch.diagnose.arbiter import Item, Source, Tier
@@ -37,9 +39,12 @@ def items_of_graph(
     graph: WaitFor,
     ledgers: Mapping[int, CallLedger],
     broke: Sequence[tuple[GroupDivergence, tuple[int, ...], str | None]] = (),
+    elsewhere: Collection[int] = (),
 ) -> list[Item]:
     """Items for the graph's cycles and sinks. `broke`: per-group divergences whose odd
-    members (with the line their finding points at) may have broken a collective cycle."""
+    members (with the line their finding points at) may have broken a collective cycle.
+    `elsewhere`: ranks the stacks saw outside any call, their script not ended, when the
+    first rank failed only by waiting (a timeout)."""
     items: list[Item] = []
     for cycle in graph.cycles:
         inside = [e for e in graph.edges if e.waiter in cycle and e.waited_on in cycle]
@@ -54,7 +59,7 @@ def items_of_graph(
             broken = _collective_cycle(cycle, says, broke)
             found = _by_loops(cycle, inside, ledgers, says, p2p=False)
             items.append(found if broken.ambiguous and found else broken)
-    items.extend(_sinks(graph, ledgers))
+    items.extend(_sinks(graph, ledgers, elsewhere))
     return items
 
 
@@ -139,13 +144,20 @@ def _collective_cycle(
     )
 
 
-def _sinks(graph: WaitFor, ledgers: Mapping[int, CallLedger]) -> list[Item]:
-    named = graph.culprits or _waited_for_by_keepers(graph, ledgers)
+def _sinks(
+    graph: WaitFor, ledgers: Mapping[int, CallLedger], elsewhere: Collection[int]
+) -> list[Item]:
+    seen = tuple(s.rank for s in graph.sinks if s.rank in elsewhere)
+    named = graph.culprits or _waited_for_by_keepers(graph, ledgers) or seen
     if not named:
         return []
     whys = "; ".join(s.why for s in graph.sinks if s.rank in named)
     if not graph.culprits:
-        whys += " (the ranks waiting keep to their own loops)"
+        whys += (
+            " (when the first rank timed out, its stack was outside any call)"
+            if named == seen
+            else " (the ranks waiting keep to their own loops)"
+        )
     return [Item(source=Source.WAIT_FOR, tier=Tier.BEHIND, ranks=named, says=shorten(whys, 240))]
 
 
