@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from safelaunch.diagnose.rootcause import RankEvidence, RootCause
     from safelaunch.flights.forensics import Forensics
     from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
+    from safelaunch.rundir.calls_file import CallLedger
 
 __all__ = [
     "LOG_TAIL",
@@ -151,8 +152,14 @@ def diagnose(
 
     exits = read_exits(heartbeat_dir)  # the ranks' exit records, read once
     lingering, threads = lingering_of(exits), thread_places(exits)
-    hang = analyse_hang(outcome, lingering)
-    survivors = where_they_were(outcome.survivors.evidence, lingering) if outcome.survivors else ()
+    from safelaunch.rundir import calls_file
+
+    written = calls_file.read_all(outcome.attempt_dir)  # the ranks' call ledgers, read once
+    blocked = {r: {c.where for c in ledger.calls if c.blocked} for r, ledger in written.items()}
+    hang = analyse_hang(outcome, lingering, blocked)
+    survivors = (
+        where_they_were(outcome.survivors.evidence, lingering, blocked) if outcome.survivors else ()
+    )
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = (
         for_attempt(outcome, hang)
@@ -173,6 +180,7 @@ def diagnose(
                 survivors,
                 threads,
                 read_counts(heartbeat_dir, [r.rank for r in outcome.ranks]),
+                written,
             ),
             places=places,
             root_cause=None,
@@ -192,7 +200,9 @@ def diagnose(
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
     places = _places(outcome, hang, heartbeat_dir, survivors)
-    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads, beats)
+    verdict = _weigh(
+        found, hang, collectives, texts, outcome, places, survivors, threads, beats, written
+    )
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -271,12 +281,14 @@ def _weigh(
     survivors: Sequence[Whereabouts] = (),
     threads: Mapping[int, str] | None = None,
     beats: Mapping[int, int | None] | None = None,
+    written: Mapping[int, CallLedger] | None = None,
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
     is placed where the hang's stacks, else its last heartbeat record, saw it.
     `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places).
-    `beats`: each rank's default-group op count at its last heartbeat record (the
-    collectives from C++ its ledger does not hold: unseen_calls.py)."""
+    `beats`: each rank's default-group collective count at its last heartbeat record (the
+    collectives from C++ its ledger does not hold: unseen_calls.py). `written`: the
+    ranks' call ledgers as read (else read here)."""
     from dataclasses import replace
 
     from safelaunch.diagnose import witnesses as w
@@ -286,7 +298,9 @@ def _weigh(
     from safelaunch.rundir import calls_file, flight_file
 
     flights = issued_by_flights(flight_file.read_ours(flight_file.directory(outcome.attempt_dir)))
-    ledgers = with_unseen(calls_file.read_all(outcome.attempt_dir), beats, flights)
+    if written is None:
+        written = calls_file.read_all(outcome.attempt_dir)
+    ledgers = with_unseen(written, beats, flights)
     first = w.first_failure(found) if found is not None else None
     # the failed ranks that stopped inside a call (a timeout, a mismatch): they waited in it
     failed_inside = [
@@ -298,7 +312,7 @@ def _weigh(
     items = [
         *([first] if first is not None else []),
         *w.survivor_items(survivors, first, threads or {}, failed_inside),
-        *w.flight_items(collectives, [p.rank for p in places if p.waiting], ledgers),
+        *w.flight_items(collectives, _waiting(places, ledgers), ledgers),
         *w.hang_items(hang, threads or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
         *items_of_ledgers(ledgers, _elsewhere(survivors, first)),
@@ -311,6 +325,13 @@ def _weigh(
             placed = replace(verdict.decided_by, location=where[verdict.culprits[0]])
             verdict = replace(verdict, decided_by=placed)
     return verdict
+
+
+def _waiting(places: Sequence[RankPlace], ledgers: Mapping[int, CallLedger]) -> list[int]:
+    """The ranks waiting in a call: their stacks inside torch.distributed, or their ledger
+    blocked in a call (an irecv's wait() has no torch frame of its own)."""
+    blocked = [r for r, ledger in ledgers.items() if any(c.blocked for c in ledger.calls)]
+    return sorted({p.rank for p in places if p.waiting} | set(blocked))
 
 
 def _elsewhere(survivors: Sequence[Whereabouts], first: Item | None) -> list[int]:
