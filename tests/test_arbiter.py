@@ -252,7 +252,7 @@ def test_ranks_that_failed_inside_a_call_count_as_waiting_for_the_one_elsewhere(
     if world > 2:
         [item] = items
         assert item.ranks == (late,) and item.tier == Tier.BEHIND
-        assert item.klass == "unknown"  # its own code, not a dataset's: its stack is the lead
+        assert item.klass is None  # its own code, not a dataset's: the timeout's class
         assert decide([first, *items]).culprits == (late,)
     else:  # one against one: the count alone does not single it out
         assert items == []
@@ -276,3 +276,26 @@ def test_a_rank_elsewhere_inside_a_dataset_method_is_data_sampling() -> None:
     first = Item(source=Source.FIRST_FAILURE, tier=Tier.FIRST_FAILURE, ranks=(0,), says="x")
     [item] = survivor_items([*waiting, reading], first, {}, ())
     assert (item.ranks, item.klass) == ((2,), "data/sampling")
+
+
+@pytest.mark.parametrize("code", [0, 7])
+def test_a_hang_s_rank_that_left_is_placed_by_its_exit_record(code: int) -> None:
+    """A rank that ended (sys.exit, os._exit) while the others hang: the hang names it,
+    its exit record says where it left, and the class: a clean end is data/sampling (its
+    loop ended first), a code of its own no class."""
+    from safelaunch.diagnose.leaving import Leave, LeaveHow
+    from safelaunch.diagnose.witnesses import exit_items
+    from safelaunch.hangs.analysis import HangAnalysis
+
+    hang = HangAnalysis(
+        stuck_for=9.0, timeout=3.0, groups=(), exited=((2, f"exited with code {code}"),),
+        culprits=(2,), reason="rank 2 exited while the others still wait for it",
+        stacks_dir=None,
+    )  # fmt: skip
+    leave = Leave(rank=2, how=LeaveHow.HARD_EXIT, code=code, location="t.py:108 in train",
+                  seq=14)  # fmt: skip
+    [item] = exit_items(hang, {2: leave})
+    assert (item.ranks, item.tier, item.location) == ((2,), Tier.OWN_ERROR, "t.py:108 in train")
+    assert item.klass == ("data/sampling" if code == 0 else None)
+    assert f"os._exit({code})" in item.says
+    assert exit_items(hang, {}) == [] and exit_items(None, {2: leave}) == []

@@ -181,6 +181,7 @@ def diagnose(
                 threads,
                 read_counts(heartbeat_dir, [r.rank for r in outcome.ranks]),
                 written,
+                leaves_of(exits),
             ),
             places=places,
             root_cause=None,
@@ -282,6 +283,7 @@ def _weigh(
     threads: Mapping[int, str] | None = None,
     beats: Mapping[int, int | None] | None = None,
     written: Mapping[int, CallLedger] | None = None,
+    leaves: Mapping[int, Leave] | None = None,
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
     is placed where the hang's stacks, else its last heartbeat record, saw it.
@@ -314,6 +316,7 @@ def _weigh(
         *w.survivor_items(survivors, first, threads or {}, failed_inside),
         *w.flight_items(collectives, _waiting(places, ledgers), ledgers),
         *w.hang_items(hang, threads or {}),
+        *w.exit_items(hang, leaves or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
         *items_of_ledgers(ledgers, _elsewhere(survivors, first)),
         *w.peer_address_items(texts, outcome.attempt_dir),

@@ -15,13 +15,14 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
+from safelaunch.diagnose.leaving import EXIT_CALLS, Leave, exit_call
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import WAITING, RootCause
 from safelaunch.diagnose.signatures import CONSEQUENCES
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
-from safelaunch.hangs.analysis import HangAnalysis, Whereabouts, place_class
+from safelaunch.hangs.analysis import HangAnalysis, Whereabouts, loading_data
 from safelaunch.ranktext import ranks_label
-from safelaunch.vocab import COMMUNICATION, FailureClass
+from safelaunch.vocab import COMMUNICATION, DATA, FailureClass
 
 
 def first_failure(found: RootCause) -> Item:
@@ -180,6 +181,32 @@ def hang_items(hang: HangAnalysis | None, threads: Mapping[int, str] | None = No
     ]
 
 
+def exit_items(hang: HangAnalysis | None, leaves: Mapping[int, Leave]) -> list[Item]:
+    """A hang whose culprits include ranks that ended: where and how each left, from its
+    exit record (a failure's first failure says it already: witnesses.first_failure).
+    A clean end (code 0, the script's end) is data/sampling, as a failure's rank that left
+    early (its loop ended first: its data ran out); a code of its own is no class."""
+    if hang is None:
+        return []
+    items = []
+    for rank, _ in hang.exited:
+        leave = leaves.get(rank)
+        if leave is None or rank not in hang.culprits:
+            continue
+        how = exit_call(leave) if leave.how in EXIT_CALLS else str(leave.how or "ended")
+        items.append(
+            Item(
+                source=Source.EXIT_RECORD,
+                tier=Tier.OWN_ERROR,
+                ranks=(rank,),
+                says=f"rank {rank} left ({how}) while the others still communicated",
+                location=leave.location,
+                klass=DATA if leave.code in (0, None) else None,
+            )
+        )
+    return items
+
+
 _BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
 _DDP = re.compile(r"while rank (\d+) has inconsistent")
 _DETAIL = re.compile(r"Rank (\d+) is running collective: (CollectiveFingerPrint\([^)]*\))")
@@ -302,7 +329,11 @@ def survivor_items(
             tier=Tier.BEHIND,
             ranks=ranks,
             says=f"when the first rank failed, {what}, not in the collective the others waited in",
-            klass=place_class(busy) if len(busy) == len(elsewhere) else None,
+            # loading data is the class; elsewhere in its own code, the timeout's stays (a
+            # stop-the-world pause past it: communication, the group timeout to raise)
+            klass=DATA
+            if busy and len(busy) == len(elsewhere) and all(map(loading_data, busy))
+            else None,
             location=one(
                 (threads or {}).get(r) if g.ended else g.location
                 for g in elsewhere

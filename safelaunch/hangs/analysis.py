@@ -348,6 +348,9 @@ def _left_loop(inner: Frames, outer: Frames, cache: dict[str, ast.Module | None]
     return any(_in_loop(_parse(p, cache), n) for p, n, _ in down[depth + 1 :])
 
 
+LEFT = "it left the loop the others still run (fewer iterations: it ran out of data)"
+
+
 def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> str | None:
     """Why the culprits and the others ran a loop a different number of times, or None.
 
@@ -366,7 +369,7 @@ def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> s
         return None  # counts differ: "it is behind" says it
     cache: dict[str, ast.Module | None] = {}
     if all(_left_loop(o.frames, c.frames, cache) for c in odd for o in rest):
-        return "it left the loop the others still run (fewer iterations: it ran out of data)"
+        return LEFT
     if all(_left_loop(c.frames, o.frames, cache) for c in odd for o in rest):
         return "it still runs the loop the others have left (more iterations: uneven data)"
     return None
@@ -392,6 +395,8 @@ def analyse_hang(
     exited = [(r.rank, r.how_it_ended()) for r in outcome.ranks if r.rank not in live]
     groups = _group(evidence, lingering or {}, blocked)
     culprits, reason = _culprits(groups, exited, outcome.multinode)
+    if not culprits and not exited:  # two places alike in size: one left the loop?
+        culprits = next((g.ranks for g in groups if uneven_reason(groups, g.ranks) == LEFT), ())
     uneven = None if exited else uneven_reason(groups, culprits)
     stuck = min(silent_for(evidence, p.last_progress) for p in evidence.ranks)
     stacks = next(iter(evidence.stack_files.values()), None)
