@@ -51,7 +51,8 @@ class Case:
     culprit: int | None  # None for a p2p cycle: nobody is to blame alone
     cycle: tuple[int, ...] = ()
     ledgers: dict[int, CallLedger] = field(default_factory=dict)
-    beats: dict[int, int] = field(default_factory=dict)  # the default group's op count
+    # the default group's collectives each rank issued, as its flight record counts them
+    beats: dict[int, int] = field(default_factory=dict)
 
 
 def generate(rng: random.Random, kind: str) -> Case:
@@ -159,7 +160,7 @@ def run(case: Case) -> dict[int, CallLedger]:
             pc[r] += 1
             moved = True
         moved |= _complete(case, issued, done)
-    case.beats = {  # the heartbeat's count: the default group's collectives (rank/beat.py)
+    case.beats = {  # the flight record's count: the default group's collectives
         r: sum(1 for c in calls if c.group == "0" and c.kind == CallKind.COLLECTIVE)
         for r, calls in issued.items()
     }
@@ -253,7 +254,8 @@ def judged(cases: list[Case], fill: bool = False) -> tuple[int, list[str]]:
 
     found, wrong = 0, []
     for case in cases:
-        ledgers = with_unseen(case.ledgers, case.beats) if fill else case.ledgers
+        flights = {r: {"0": n} for r, n in case.beats.items()}  # taken together
+        ledgers = with_unseen(case.ledgers, flights) if fill else case.ledgers
         verdict = decide(items_of_ledgers(ledgers))
         truth = set(case.cycle) if case.culprit is None else {case.culprit}
         if set(verdict.culprits) - truth:

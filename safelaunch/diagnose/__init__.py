@@ -302,7 +302,7 @@ def _weigh(
     flights = issued_by_flights(flight_file.read_ours(flight_file.directory(outcome.attempt_dir)))
     if written is None:
         written = calls_file.read_all(outcome.attempt_dir)
-    ledgers = with_unseen(written, beats, flights)
+    ledgers = with_unseen(written, flights)
     first = w.first_failure(found) if found is not None else None
     # the failed ranks that stopped inside a call (a timeout, a mismatch): they waited in it
     failed_inside = [

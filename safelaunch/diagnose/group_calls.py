@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from safelaunch.diagnose import own_loop
 from safelaunch.diagnose.loop_moves import Program, by_moves, program_of
+from safelaunch.diagnose.unseen_calls import is_unseen
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
 from safelaunch.vocab import StrEnum
@@ -151,6 +152,11 @@ def _first_divergence(
         # absent but blocked in another call: held up there, no vote
         voters = [m for m in members if at[m] is not None or m not in blocked]
         if len(voters) < 2 or len({_full(at[m]) for m in voters}) == 1:
+            continue
+        # only collectives from C++ there, some members with none: how far each got
+        # when its count was taken (a flight record, or none: a rank that died), not a
+        # call of one more, nor one it never made
+        if all((c := at[m]) is None or is_unseen(c) for m in voters):
             continue
         if len({_short(at[m]) for m in voters}) == 1:  # the same call from other lines
             found = _by_own_loop(group, members, count, calls, voters, program, ledgers)

@@ -3,12 +3,11 @@
 DDP's reducer all_reduces its gradient buckets from C++ (so does a library's own C++),
 and no Python call writes them in the call ledger. torch counts every op a group issues
 (collectives and p2p calls alike), those included: each ledger line carries the group's
-count before its call (`seq`, rundir/calls_file.py), the rank's heartbeat the default
-group's collectives as it last wrote, and its flight record (where the launcher asked
-for one) each group's collectives. A gap between two lines of a group is that many ops from C++,
-put back where they were; so are the collectives the heartbeat or the flight record
-counted after the rank's last line (unless the rank is blocked in a call of its ledger:
-nothing came after it).
+count before its call (`seq`, rundir/calls_file.py), and the flight records (where the
+launcher asked for them) each group's collectives. A gap between two lines of a group is
+that many ops from C++, put back where they were; so are the collectives the flight
+records counted after the rank's last line, where every member of the group has one
+(unless the rank is blocked in a call of its ledger: nothing came after it).
 
 `with_unseen` writes them in as calls of their own (op `collective`, no shape, no line),
 and numbers every collective by its place among all the group's collectives (its count
@@ -28,20 +27,25 @@ from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
 
 UNSEEN_OP = "collective"
 UNSEEN_WHAT = "(not from Python: DDP's, a library's)"
-WORLD = "0"  # the default group: the one the heartbeat counts
 
 
 def with_unseen(
-    ledgers: Mapping[int, CallLedger],
-    beats: Mapping[int, int | None] | None = None,
-    flights: Mapping[int, Mapping[str, int]] | None = None,
+    ledgers: Mapping[int, CallLedger], flights: Mapping[int, Mapping[str, int]] | None = None
 ) -> dict[int, CallLedger]:
-    """Every ledger with its unseen collectives written in (module docstring). `beats`:
-    the default group's collective count at each rank's last heartbeat record (its p2p
-    ops taken out: rank/beat.py); `flights`: the collectives each group issued by the
-    rank's flight record (issued_by_flights)."""
+    """Every ledger with its unseen collectives written in (module docstring). `flights`:
+    the collectives each group issued by each rank's flight record (issued_by_flights);
+    used after a rank's last line only for a group every member of which has one: taken
+    together when the launcher asked, they say how far each got at one moment (a count
+    taken earlier on one rank, a heartbeat's, would make it look behind, and the others
+    ahead look like callers of one more)."""
+    flights = flights or {}
+    members: dict[str, set[int]] = {}  # the members with a ledger: the ranks compared
+    for ledger in ledgers.values():
+        for group in ledger.groups:
+            members.setdefault(group.name, set()).update(r for r in group.ranks if r in ledgers)
+    together = {g for g, ranks in members.items() if all(g in flights.get(r, {}) for r in ranks)}
     return {
-        r: _filled(ledger, (beats or {}).get(r), (flights or {}).get(r, {}))
+        r: _filled(ledger, {g: n for g, n in flights.get(r, {}).items() if g in together})
         for r, ledger in ledgers.items()
     }
 
@@ -70,7 +74,7 @@ def is_unseen(call: Call) -> bool:
     return call.kind == CallKind.COLLECTIVE and call.what == UNSEEN_WHAT
 
 
-def _filled(ledger: CallLedger, beat: int | None, flight: Mapping[str, int]) -> CallLedger:
+def _filled(ledger: CallLedger, flight: Mapping[str, int]) -> CallLedger:
     if ledger.truncated:
         return ledger  # its first lines are gone: what they counted is not known
     counted = {
@@ -96,10 +100,7 @@ def _filled(ledger: CallLedger, beat: int | None, flight: Mapping[str, int]) -> 
                     call = _with(call, count=place[group])
         calls.append(call)
     if not any(c.blocked for c in ledger.calls):  # issued after its last line, from C++
-        counts = dict(flight)
-        if beat is not None:
-            counts[WORLD] = max(counts.get(WORLD, 0), beat)
-        for group, last in sorted(counts.items()):
+        for group, last in sorted(flight.items()):
             if group in counted:
                 for at in range(place.get(group, 0) + 1, last + 1):
                     place[group] = at
