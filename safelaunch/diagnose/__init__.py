@@ -179,7 +179,6 @@ def diagnose(
                 places,
                 survivors,
                 threads,
-                read_counts(heartbeat_dir, [r.rank for r in outcome.ranks]),
                 written,
                 leaves_of(exits),
             ),
@@ -201,9 +200,7 @@ def diagnose(
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
     places = _places(outcome, hang, heartbeat_dir, survivors)
-    verdict = _weigh(
-        found, hang, collectives, texts, outcome, places, survivors, threads, beats, written
-    )
+    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads, written)
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -281,16 +278,14 @@ def _weigh(
     places: Sequence[RankPlace],
     survivors: Sequence[Whereabouts] = (),
     threads: Mapping[int, str] | None = None,
-    beats: Mapping[int, int | None] | None = None,
     written: Mapping[int, CallLedger] | None = None,
     leaves: Mapping[int, Leave] | None = None,
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
     is placed where the hang's stacks, else its last heartbeat record, saw it.
     `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places).
-    `beats`: each rank's default-group collective count at its last heartbeat record (the
-    collectives from C++ its ledger does not hold: unseen_calls.py). `written`: the
-    ranks' call ledgers as read (else read here)."""
+    `written`: the ranks' call ledgers as read (else read here); the collectives from C++
+    they do not hold are put back from the flight records (unseen_calls.py)."""
     from dataclasses import replace
 
     from safelaunch.diagnose import witnesses as w
