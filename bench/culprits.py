@@ -1,12 +1,16 @@
 """Culprits named on generated faults: safelaunch against torchrun, over N cases.
 
     .venv/bin/python bench/culprits.py [--n 300] [--seed 24] [--jobs 1] [--kinds K,...]
-        [--launchers safelaunch,torchrun] [--isolate auto|never] [--json out.json]
-    .venv/bin/python bench/culprits.py --replay KIND:SEED [--keep DIR]
+        [--suite classic|wide] [--launchers safelaunch,torchrun] [--isolate auto|never]
+        [--json out.json]
+    .venv/bin/python bench/culprits.py --replay [SUITE:]KIND:SEED [--keep DIR]
+    .venv/bin/python bench/culprits.py --rescore RESULTS.json --keep DIR
 
 Each case is a training script written by bench/faultgen/fault_gen.py with one fault and
-its ground truth (culprit ranks, file:line, class, the moment of the fault). Both launchers
-run it with the same time budget (BUDGET) and are scored on what they printed or wrote:
+its ground truth (culprit ranks, file:line, class, the moment of the fault); --suite
+picks the classic four loops or the wide suite's five others, `--kinds all` every kind
+the suite has a template for. Both launchers run it with the same time budget (BUDGET)
+and are scored on what they printed or wrote:
 
 - safelaunch: report.json's `diagnosis.culprits` (rank, location, class of each) where the
   report has it; else today's fields, read as the fault zoo reads them (bench/faults/zoo.py:
@@ -31,8 +35,11 @@ Per case and field (rank, location, class):
 
 Prints a table per kind and in total for each launcher, then every miss and confident
 wrong answer by kind with its KIND:SEED, which `--replay KIND:SEED` runs again (keeping the
-files with --keep). Minutes per 10 cases: not part of the test suite
-(tests/test_culprit_faults.py runs a small sample under safelaunch).
+files with --keep). `--rescore` scores a run's saved report.json files (its --json and
+--keep) again against the generator's truths as they are now, with this file's reading:
+two runs scored alike though a truth was corrected in between. Minutes per 10 cases:
+not part of the test suite (tests/test_culprit_faults.py runs a small sample under
+safelaunch).
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ sys.path[:0] = [str(BENCH / "faultgen"), str(BENCH / "faults")]
 
 import fault_gen  # noqa: E402
 import zoo  # noqa: E402
-from fault_gen import KINDS, Generated, Truth  # noqa: E402
+from fault_gen import ALL_KINDS, KINDS, Generated, Truth  # noqa: E402
 
 LAUNCHERS = ("safelaunch", "torchrun")
 HANG_TIMEOUT = 3.0  # safelaunch --hang-timeout: "a short hang timeout"
@@ -91,7 +98,7 @@ def hang_timeout(truth: Truth) -> float:
     the ranks that wait on a paused one time out first, as they would in a real job."""
     return (
         max(HANG_TIMEOUT, 2.0 * truth.group_timeout)
-        if truth.kind == "group_timeout"
+        if truth.group_timeout < fault_gen.GROUP_TIMEOUT
         else (HANG_TIMEOUT)
     )
 
@@ -104,7 +111,10 @@ def from_report(report: dict[str, Any]) -> tuple[tuple[int, ...], str | None, st
     if culprits is not None:
         ranks = tuple(c["rank"] for c in culprits if c.get("rank") is not None)
         first = culprits[0] if culprits else {}
-        return ranks, zoo.short(first.get("location")), first.get("class"), disagreeing
+        # a culprit with no class of its own has the diagnosis's: report.json leaves
+        # "unknown" out of the culprit (it is no class), the diagnosis says it
+        klass = first.get("class") or (diagnosis["class"] if culprits else None)
+        return ranks, zoo.short(first.get("location")), klass, disagreeing
     ranks = zoo.reported_ranks(report)
     return ranks, zoo.reported_location(report), diagnosis["class"], disagreeing
 
@@ -229,7 +239,7 @@ def table(results: list[Result]) -> str:
         f"line P/R   class P/R  wrong+dis  fault->verdict s (med/max)"
     )
     rows = [head, "-" * len(head)]
-    kinds = [k for k in (*KINDS, "total") if any((name, k) in tallies for name in LAUNCHERS)]
+    kinds = [k for k in (*ALL_KINDS, "total") if any((name, k) in tallies for name in LAUNCHERS)]
     for kind in kinds:
         if kind == "total":
             rows.append("-" * len(head))
@@ -254,7 +264,7 @@ def table(results: list[Result]) -> str:
 def failures(results: list[Result]) -> str:
     """Every miss and confident wrong culprit, by kind, with its KIND:SEED to replay."""
     lines = []
-    for kind in KINDS:
+    for kind in ALL_KINDS:
         bad = [r for r in results if r.truth.kind == kind and r.marks["rank"] != "right"]
         if not bad:
             continue
@@ -275,13 +285,13 @@ def failures(results: list[Result]) -> str:
 
 
 def _one(
-    case_id: tuple[str, int], launchers: tuple[str, ...], scratch: Path, isolate: str
+    case_id: tuple[str, str, int], launchers: tuple[str, ...], scratch: Path, isolate: str
 ) -> list[Result]:
-    kind, seed = case_id
-    case = fault_gen.generate(kind, seed)
+    suite, kind, seed = case_id
+    case = fault_gen.generate(kind, seed, suite)
     results = []
     for launcher in launchers:
-        where = scratch / f"{kind}-{seed}-{launcher}"
+        where = scratch / f"{case.truth.case_id.replace(':', '-')}-{launcher}"
         results.append(run_case(case, launcher, where, isolate))
     return results
 
@@ -298,27 +308,58 @@ def _progress(r: Result, done: int, total: int, files: Path | None) -> None:
         print(f"  truth: {r.truth}\n  files: {files}")
 
 
+def rescore(rows: list[dict[str, Any]], kept: Path) -> list[Result]:
+    """The results of a run's --json rows, their safelaunch reports read again from its
+    --keep directory, each case's truth generated again (module docstring)."""
+    results = []
+    for row in rows:
+        if row["launcher"] != "safelaunch":
+            continue
+        old = row["truth"]
+        truth = fault_gen.generate(old["kind"], old["seed"], old.get("suite", "classic")).truth
+        named = Named(**{**row["named"], "ranks": tuple(row["named"]["ranks"])})
+        where = kept / f"{truth.case_id.replace(':', '-')}-safelaunch" / "logs" / "latest"
+        reports = sorted(where.glob("attempt_*/report.json"))
+        if reports:
+            ranks, location, klass, disagreeing = from_report(json.loads(reports[0].read_text()))
+            named = Named(**{
+                **asdict(named), "ranks": tuple(ranks), "location": location, "klass": klass,
+                "disagreeing": None if disagreeing is None else tuple(disagreeing),
+            })  # fmt: skip
+        results.append(
+            Result(truth=truth, launcher="safelaunch", named=named, marks=score(truth, named))
+        )
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--seed", type=int, default=24)
     parser.add_argument("--jobs", type=int, default=1, help="cases at a time (2 cores: 1)")
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--kinds", default=",".join(KINDS), help="K,... or all")
+    parser.add_argument("--suite", default="classic", choices=tuple(fault_gen.SUITES))
     parser.add_argument("--launchers", default=",".join(LAUNCHERS))
     parser.add_argument("--isolate", default="auto", choices=("auto", "never", "always"))
-    parser.add_argument("--replay", metavar="KIND:SEED", help="run one case again")
+    parser.add_argument("--replay", metavar="[SUITE:]KIND:SEED", help="run one case again")
     parser.add_argument("--keep", type=Path, help="keep every case's files and logs here")
     parser.add_argument("--json", type=Path, help="write every result here")
+    parser.add_argument("--rescore", type=Path, metavar="RESULTS.json", help="score again")
     args = parser.parse_args()
+    if args.rescore:
+        again = rescore(json.loads(args.rescore.read_text()), args.keep or Path("."))
+        print(table(again), "", failures(again), sep="\n")
+        return 0
     # a job started with `&` by a shell ignores SIGINT: stopping it must still score the rest
     signal.signal(signal.SIGINT, signal.default_int_handler)
     launchers = tuple(name for name in args.launchers.split(",") if name)
     if args.replay:
-        kind, _, seed = args.replay.partition(":")
-        cases = [(kind, int(seed))]
+        cases = [fault_gen.case_of(args.replay)]
     else:
         kinds = tuple(k for k in args.kinds.split(",") if k)
-        cases = fault_gen.sample(args.n, args.seed, kinds)
+        if kinds == ("all",):
+            kinds = tuple(k for k in ALL_KINDS if fault_gen.templates_for(k, args.suite))
+        cases = [(args.suite, k, seed) for k, seed in fault_gen.sample(args.n, args.seed, kinds)]
     with tempfile.TemporaryDirectory(prefix="culprits-") as scratch:
         where = args.keep or Path(scratch)
         results: list[Result] = []

@@ -26,6 +26,7 @@ KINDS = ("skipped", "extra", "other size", "other dtype", "stuck", "p2p cycle")
 OPS = ("all_reduce", "broadcast", "all_gather")
 SHAPES = ("[4]", "[8]", "[2, 3]", "[16]")
 DTYPES = ("float32", "bfloat16", "int64")
+SENDS = ("send", "isend")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Step:
     what: str = ""
     where: str = ""
     peer: int | None = None
+    hidden: bool = False  # a collective from C++ (DDP's): torch counts it, no ledger line
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Case:
     culprit: int | None  # None for a p2p cycle: nobody is to blame alone
     cycle: tuple[int, ...] = ()
     ledgers: dict[int, CallLedger] = field(default_factory=dict)
+    # the default group's collectives each rank issued, as its flight record counts them
+    beats: dict[int, int] = field(default_factory=dict)
 
 
 def generate(rng: random.Random, kind: str) -> Case:
@@ -140,6 +144,7 @@ def run(case: Case) -> dict[int, CallLedger]:
     """Run the programs until nothing moves; each rank's ledger at that moment."""
     issued: dict[int, list[Call]] = {r: [] for r in range(case.world)}
     done: set[tuple[int, int]] = set()  # (rank, call number)
+    hidden: set[tuple[int, int]] = set()
     pc = dict.fromkeys(range(case.world), 0)
     moved = True
     while moved:
@@ -150,21 +155,44 @@ def run(case: Case) -> dict[int, CallLedger]:
             if waiting or pc[r] >= len(program) or program[pc[r]].kind == "stuck":
                 continue
             issued[r].append(_issue(program[pc[r]], issued[r]))
+            if program[pc[r]].hidden:
+                hidden.add((r, issued[r][-1].n))
             pc[r] += 1
             moved = True
         moved |= _complete(case, issued, done)
+    case.beats = {  # the flight record's count: the default group's collectives
+        r: sum(1 for c in calls if c.group == "0" and c.kind == CallKind.COLLECTIVE)
+        for r, calls in issued.items()
+    }
     return {
         r: CallLedger(
             rank=r,
             groups=tuple(Group(name=g, ranks=m) for g, m in case.groups.items() if r in m),
-            calls=tuple(_finished(c, (r, c.n) in done) for c in calls),
+            calls=_written([c for c in calls if (r, c.n) not in hidden], r, done),
         )
         for r, calls in issued.items()
     }
 
 
+def _written(calls: list[Call], rank: int, done: set[tuple[int, int]]) -> tuple[Call, ...]:
+    """What the rank's ledger holds: its Python calls, numbered and counted without the
+    hidden ones (their seq, torch's count, still counts them)."""
+    written = []
+    counts: dict[str, int] = {}
+    for n, call in enumerate(calls, start=1):
+        fields = call.as_dict()
+        if call.count is not None:
+            counts[call.group] = counts.get(call.group, 0) + 1
+            fields["count"] = counts[call.group]
+        finished = (rank, call.n) in done
+        fields.update(n=n, done=finished, blocked=not finished)
+        written.append(Call(**fields))  # type: ignore[arg-type]
+    return tuple(written)
+
+
 def _issue(step: Step, before: list[Call]) -> Call:
     n = len(before) + 1
+    seq = sum(1 for c in before if c.group == step.group)  # torch counts p2p calls too
     if step.kind == "collective":
         count = 1 + sum(1 for c in before if c.count is not None and c.group == step.group)
         kind, peer = CallKind.COLLECTIVE, None
@@ -176,16 +204,11 @@ def _issue(step: Step, before: list[Call]) -> Call:
         op=step.op,
         group=step.group,
         count=count,
+        seq=seq,
         peer=peer,
         what=step.what,
         where=step.where,
     )
-
-
-def _finished(call: Call, done: bool) -> Call:
-    fields = call.as_dict()
-    fields.update(done=done, blocked=not done)
-    return Call(**fields)  # type: ignore[arg-type]
 
 
 def _complete(case: Case, issued: dict[int, list[Call]], done: set[tuple[int, int]]) -> bool:
@@ -215,8 +238,27 @@ def _nth(calls: list[Call], group: str, count: int | None) -> Call | None:
 def _partner(issued: dict[int, list[Call]], rank: int, call: Call) -> Call | None:
     """The peer's matching call, when it is its last (pending) one: the j-th each way."""
     assert call.peer is not None
-    sending = call.op == "send"
-    mine = [c for c in issued[rank] if c.peer == call.peer and (c.op == "send") == sending]
-    theirs = [c for c in issued[call.peer] if c.peer == rank and (c.op == "send") != sending]
+    sending = call.op in SENDS
+    mine = [c for c in issued[rank] if c.peer == call.peer and (c.op in SENDS) == sending]
+    theirs = [c for c in issued[call.peer] if c.peer == rank and (c.op in SENDS) != sending]
     j = mine.index(call)
     return theirs[j] if j < len(theirs) else None
+
+
+def judged(cases: list[Case], fill: bool = False) -> tuple[int, list[str]]:
+    """The arbiter over each case's ledgers (with the unseen calls put back: `fill`): how
+    many name a culprit, and the cases that name an innocent rank."""
+    from safelaunch.diagnose.arbiter import decide
+    from safelaunch.diagnose.ledger_items import items_of_ledgers
+    from safelaunch.diagnose.unseen_calls import with_unseen
+
+    found, wrong = 0, []
+    for case in cases:
+        flights = {r: {"0": n} for r, n in case.beats.items()}  # taken together
+        ledgers = with_unseen(case.ledgers, flights) if fill else case.ledgers
+        verdict = decide(items_of_ledgers(ledgers))
+        truth = set(case.cycle) if case.culprit is None else {case.culprit}
+        if set(verdict.culprits) - truth:
+            wrong.append(f"world {case.world}, culprit {case.culprit}: {verdict.decided_by}")
+        found += bool(verdict.culprits)
+    return found, wrong

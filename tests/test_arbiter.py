@@ -10,8 +10,9 @@ from builders import read_report
 from conftest import launch, line_of, worker
 
 from safelaunch.diagnose.arbiter import TIERS, Item, Source, Tier, decide, headline
-from safelaunch.diagnose.witnesses import error_text_items, flight_items
+from safelaunch.diagnose.witnesses import error_text_items, flight_items, survivor_items
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics
+from safelaunch.hangs.analysis import Whereabouts
 
 SEEDS = range(200)
 
@@ -218,3 +219,83 @@ def test_a_stack_snapshot_does_not_pick_one_of_ranks_the_ledgers_found_tied(seed
     if others:
         elsewhere = Item(source=Source.STACKS, tier=tier, ranks=(others[0],), says="e")
         assert decide([tie, elsewhere]).culprits == (others[0],)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ranks_that_failed_inside_a_call_count_as_waiting_for_the_one_elsewhere(
+    seed: int,
+) -> None:
+    """A pipeline's waiting stages often all time out before the survivors' snapshot: the
+    snapshot then holds only the rank elsewhere (computing, holding the GIL). The failed
+    ranks that stopped inside a call (their ledgers) waited too: against them the rank
+    elsewhere is a minority, as against survivors waiting."""
+    rng = random.Random(seed)
+    world = rng.randint(2, 8)
+    late = rng.randrange(world)
+    others = [r for r in range(world) if r != late]
+    failed = rng.sample(others, rng.randint(1, len(others)))
+    waiting = [
+        Whereabouts(
+            ranks=(r,), activity="ar", location="t.py:9", waiting=True, seqs=(3,), frozen=None
+        )
+        for r in others
+        if r not in failed
+    ]
+    busy = Whereabouts(
+        ranks=(late,), activity="decode", location="h.py:21", waiting=False, seqs=(2,),
+        frozen=None, frames=(("h.py", 21, "decode"),),
+    )  # fmt: skip
+    survivors = [*waiting, busy]
+    first = Item(source=Source.FIRST_FAILURE, tier=Tier.FIRST_FAILURE, ranks=(failed[0],),
+                 says="timed out")  # fmt: skip
+    items = survivor_items(survivors, first, {}, failed)
+    if world > 2:
+        [item] = items
+        assert item.ranks == (late,) and item.tier == Tier.BEHIND
+        assert item.klass is None  # its own code, not a dataset's: the timeout's class
+        assert decide([first, *items]).culprits == (late,)
+    else:  # one against one: the count alone does not single it out
+        assert items == []
+    alive_waiting = len(others) - len(failed)  # without the failed ones: these alone
+    assert survivor_items(survivors, first, {}, ()) == (items if alive_waiting > 1 else [])
+    own = Item(source=Source.FIRST_FAILURE, tier=Tier.OWN_ERROR, ranks=(failed[0],), says="x")
+    assert survivor_items(survivors, own, {}, failed) == []  # beside an error of its own
+
+
+def test_a_rank_elsewhere_inside_a_dataset_method_is_data_sampling() -> None:
+    waiting = [
+        Whereabouts(
+            ranks=(r,), activity="ar", location="t.py:9", waiting=True, seqs=(3,), frozen=None
+        )
+        for r in (0, 1)
+    ]
+    reading = Whereabouts(
+        ranks=(2,), activity="read", location="t.py:50", waiting=False, seqs=(2,),
+        frozen=None, frames=(("t.py", 50, "__getitem__"), ("t.py", 67, "next_batch")),
+    )  # fmt: skip
+    first = Item(source=Source.FIRST_FAILURE, tier=Tier.FIRST_FAILURE, ranks=(0,), says="x")
+    [item] = survivor_items([*waiting, reading], first, {}, ())
+    assert (item.ranks, item.klass) == ((2,), "data/sampling")
+
+
+@pytest.mark.parametrize("code", [0, 7])
+def test_a_hang_s_rank_that_left_is_placed_by_its_exit_record(code: int) -> None:
+    """A rank that ended (sys.exit, os._exit) while the others hang: the hang names it,
+    its exit record says where it left, and the class: a clean end is data/sampling (its
+    loop ended first), a code of its own no class."""
+    from safelaunch.diagnose.leaving import Leave, LeaveHow
+    from safelaunch.diagnose.witnesses import exit_items
+    from safelaunch.hangs.analysis import HangAnalysis
+
+    hang = HangAnalysis(
+        stuck_for=9.0, timeout=3.0, groups=(), exited=((2, f"exited with code {code}"),),
+        culprits=(2,), reason="rank 2 exited while the others still wait for it",
+        stacks_dir=None,
+    )  # fmt: skip
+    leave = Leave(rank=2, how=LeaveHow.HARD_EXIT, code=code, location="t.py:108 in train",
+                  seq=14)  # fmt: skip
+    [item] = exit_items(hang, {2: leave})
+    assert (item.ranks, item.tier, item.location) == ((2,), Tier.OWN_ERROR, "t.py:108 in train")
+    assert item.klass == ("data/sampling" if code == 0 else None)
+    assert f"os._exit({code})" in item.says
+    assert exit_items(hang, {}) == [] and exit_items(None, {2: leave}) == []

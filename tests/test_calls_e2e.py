@@ -3,11 +3,12 @@
 One launch per case of tests/workers/calls_cases.py: a p2p cycle of 3 ranks (a hang), a
 rank calling all_reduce with another size in a subgroup of 4 ranks (an abort), a rank
 that skips a collective and leaves while its peers wait (their Gloo errors name it by
-address only).
+address only), a rank asleep past the group timeout while its peer waits in irecv().
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 from conftest import Run, launch, line_of, worker
 
 from safelaunch import exitcodes
+from safelaunch.diagnose.arbiter import decide
 from safelaunch.diagnose.group_calls import Basis, Oddity, compare_ledgers
+from safelaunch.diagnose.ledger_items import items_of_ledgers
 from safelaunch.diagnose.waitfor import wait_for
 from safelaunch.rundir import calls_file, comm_file
 
@@ -92,3 +95,19 @@ def test_a_rank_that_skips_a_collective_is_missing_waited_for_and_named_by_addre
         if found:
             named.append(comm_file.rank_of_address(run.attempt(), found[1], int(found[2])))
     assert named and set(named) == {1}
+
+
+def test_an_async_receive_that_timed_out_is_where_the_rank_stopped(tmp_path: Path) -> None:
+    """Gloo's work is_completed() once its wait() raised: the ledger must not take it for
+    done, or the waiting rank would look like it waits for nobody. With it, the waiter
+    keeps to its own loop (it receives first every step) and the sleeper is named."""
+    run = _run(tmp_path, "late", 2)
+    assert run.returncode != 0, run.stderr
+    ledgers = calls_file.read_all(run.attempt())
+    last = ledgers[1].calls[-1]
+    assert (last.op, last.peer, last.done, last.blocked) == ("irecv", 0, False, True)
+    graph = wait_for(ledgers)
+    assert [(e.waiter, e.waited_on) for e in graph.edges] == [(1, 0)]
+    assert decide(items_of_ledgers(ledgers)).culprits == (0,)
+    report = json.loads((run.attempt() / "report.json").read_text())
+    assert [c["rank"] for c in report["diagnosis"]["culprits"]] == [0], report["diagnosis"]

@@ -3,7 +3,9 @@
 A small deterministic sample of bench/faultgen's cases (2 ranks, CPU Gloo), each run under
 safelaunch as bench/culprits.py runs it (which runs hundreds, torchrun beside it). Kinds
 safelaunch did not name the culprit of before the culprit arbiter (issue 24) are asserted
-like the others now: a lingering thread and a p2p cycle.
+like the others now: a lingering thread and a p2p cycle; and two of the wide suite's, each
+culprit told by its own loop: a skipped isend of the async line pipeline, and a skipped
+Python all_reduce of DDP with no_sync, beside DDP's unseen C++ all_reduce.
 """
 
 from __future__ import annotations
@@ -50,6 +52,25 @@ def _first(kind: str) -> int:
 CASES = [pytest.param(kind, _first(kind), id=f"{kind}:{_first(kind)}") for kind in KINDS]
 
 
+def _wide(template: str, culprit: int, sends: bool) -> str:
+    """The first skipped call of the wide suite's `template`, 2 ranks, past the loop's
+    warm-up (step 3 on), the culprit drawn at `culprit`: a send (`sends`) or not."""
+    return next(
+        truth.case_id
+        for seed in range(5000)
+        if (truth := fault_gen.generate("skip_collective", seed, "wide").truth).template == template
+        and truth.world == 2
+        and truth.step >= 3
+        and truth.culprits == (culprit,)
+        and ("isend" in truth.detail) == sends
+    )
+
+
+# issue 24's: a stage that skipped its send read as a p2p deadlock of both stages; a DDP
+# rank that skipped its Python all_reduce met its peer's with DDP's C++ one, unseen
+WIDE = [_wide("async_pipe", 0, sends=True), _wide("nosync", 1, sends=False)]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "seed"), CASES)
 def test_safelaunch_names_the_injected_culprit(kind: str, seed: int, tmp_path: Path) -> None:
@@ -58,4 +79,18 @@ def test_safelaunch_names_the_injected_culprit(kind: str, seed: int, tmp_path: P
     result = culprits.run_case(case, "safelaunch", tmp_path / "case", "never", {MARK_VAR: mark})
     assert_no_orphans(mark, within=2.0)
     assert result.named.fault_ran, case.truth  # the injected line ran: the truth holds
+    assert result.marks["rank"] == "right", (case.truth, result.named)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case_id", WIDE)
+def test_safelaunch_names_the_stage_or_rank_whose_own_loop_departs(
+    case_id: str, tmp_path: Path
+) -> None:
+    _, mark = marked_env(tmp_path)
+    suite, kind, seed = fault_gen.case_of(case_id)
+    case = fault_gen.generate(kind, seed, suite)
+    result = culprits.run_case(case, "safelaunch", tmp_path / "case", "never", {MARK_VAR: mark})
+    assert_no_orphans(mark, within=2.0)
+    assert result.named.fault_ran, case.truth
     assert result.marks["rank"] == "right", (case.truth, result.named)

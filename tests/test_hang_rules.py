@@ -170,3 +170,35 @@ def test_stale_heartbeats_of_most_ranks_waiting_in_a_collective_blame_the_one_ou
     )
     culprits, why = _culprits(_group(evidence), [])
     assert culprits == (outside,), why
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ranks_at_the_line_of_a_call_their_ledger_waits_in_are_waiting(seed: int) -> None:
+    """A pipeline stage in irecv().wait() or isend().wait() has no frame of torch's: its
+    stack is at its own line. Where its call ledger waits in a call at that line, it waits
+    there; the stage stuck elsewhere (reading its data) is the one they wait for. With 3
+    or more stages each at a line of its own, no stage was "not where the others are"."""
+    import random
+
+    from safelaunch.hangs.analysis import _culprits, _group
+    from safelaunch.hangs.detection import HangEvidence
+
+    rng = random.Random(seed)
+    world = rng.randint(2, 6)
+    stuck = rng.randrange(world)
+    lines = {r: ("/job/train.py", 110 + 3 * r, "train") for r in range(world)}  # own lines
+    lines[stuck] = ("/job/train.py", 50, "__getitem__")
+    beats = [
+        Beat(rank=r, time=99.8, since=90.0, frames=(lines[r],), step=None, seq=None)
+        for r in range(world)
+    ]
+    evidence = HangEvidence(
+        detected_at=100.0, timeout=4.0, interval=0.5,
+        ranks=tuple(RankProgress(rank=b.rank, last_progress=90.0, beat=b) for b in beats),
+        states=dict.fromkeys(range(world), "S"), stack_files={},
+    )  # fmt: skip
+    blocked = {r: {f"/job/train.py:{110 + 3 * r}"} for r in range(world) if r != stuck}
+    culprits, why = _culprits(_group(evidence, {}, blocked), [])
+    assert culprits == (stuck,), why
+    if world >= 3:  # each at a line of its own, the ledgers unread: nobody singled out
+        assert _culprits(_group(evidence), [])[0] == ()

@@ -153,8 +153,14 @@ def test_an_error_in_a_dataloader_worker_is_placed_by_the_workers_traceback() ->
     assert root.error.location == "<string>:8 in __getitem__"
 
 
-def test_a_dataloader_worker_killed_by_a_signal_is_data_sampling() -> None:
+def test_a_dataloader_worker_killed_is_resources_one_that_died_data_sampling() -> None:
+    """SIGKILL ("Killed") is what the OOM killer sends, as to a rank (resources); a worker
+    that died otherwise is the data path's (its own error is in its traceback)."""
     line = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed. "
     root = find_root_cause([_rank(1, text=_traceback(line), failed=True, code=1)])
     assert root is not None and root.signature is not None
-    assert root.signature.id == "dataloader-worker-died"
+    assert (root.signature.id, root.klass) == ("dataloader-worker-killed", "resources")
+    line = "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"
+    root = find_root_cause([_rank(1, text=_traceback(line), failed=True, code=1)])
+    assert root is not None and root.signature is not None
+    assert (root.signature.id, root.klass) == ("dataloader-worker-died", "data/sampling")

@@ -18,6 +18,8 @@ The loops run STEPS steps of a tiny model; nothing in them fails without a fault
 
 from __future__ import annotations
 
+import fault_templates_wide as wide
+
 HELPERS = '''\
 """The script's helper module: small transforms called from the model and the data."""
 
@@ -238,8 +240,10 @@ GROUPS = {  # members of each group a rank is in, by group name
 
 
 def script(name: str, seed: int, steps: int, timeout: int) -> str:
-    """The template's whole script text, its slots still annotated."""
-    prelude = _PRELUDE.format(
-        name=name, seed=seed, steps=steps, workers=WORKER_COUNTS[name], timeout=timeout
-    )
+    """The template's whole script text, its slots still annotated (a wide suite's
+    template: fault_templates_wide.py's loop after the same prelude)."""
+    workers = WORKER_COUNTS[name] if name in LOOPS else wide.WORKER_COUNTS[name]
+    prelude = _PRELUDE.format(name=name, seed=seed, steps=steps, workers=workers, timeout=timeout)
+    if name in wide.LOOPS:
+        return wide.script(name, prelude) + _END
     return prelude + "\n\n" + LOOPS[name] + _END

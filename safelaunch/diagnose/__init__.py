@@ -20,20 +20,21 @@ from safelaunch.diagnose.reading import read_tail as read_tail  # re-exported
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
 from safelaunch.diagnose.stragglers import Arrivals
 from safelaunch.outcome import AttemptStatus, Outcome, RankEnding, RankResult
-from safelaunch.vocab import COMMUNICATION, DATA, UNKNOWN, FailureClass
+from safelaunch.vocab import COMMUNICATION, FailureClass
 
 # What only a failed or hung attempt needs (the root-cause rule, error texts, hang and
 # flight-record analysis, how ranks left) is imported where it is used: a launch imports
 # this package while its ranks run, and those modules were ~13 ms of the launcher's CPU
 # that a job which succeeds never uses (bench/vs_torchrun.py; tests/test_import_cost.py).
 if TYPE_CHECKING:
-    from safelaunch.diagnose.arbiter import Verdict
+    from safelaunch.diagnose.arbiter import Item, Verdict
     from safelaunch.diagnose.errortext import ErrorText
     from safelaunch.diagnose.jobwide import RankPlace
     from safelaunch.diagnose.leaving import Leave
     from safelaunch.diagnose.rootcause import RankEvidence, RootCause
     from safelaunch.flights.forensics import Forensics
     from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
+    from safelaunch.rundir.calls_file import CallLedger
 
 __all__ = [
     "LOG_TAIL",
@@ -80,21 +81,10 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
         from safelaunch.hangs.analysis import UNEVEN_ITERATIONS
 
         return UNEVEN_ITERATIONS.klass
+    from safelaunch.hangs.analysis import place_class
+
     outside = [g for g in hang.groups if set(g.ranks) & set(hang.culprits) and not g.waiting]
-    if outside and all(_loading_data(g) for g in outside):
-        return DATA  # stuck fetching a batch: the dataset's code, its workers, the files
-    return UNKNOWN if outside else COMMUNICATION
-
-
-# the Dataset protocol's methods: a rank stuck in one of them is stuck loading data
-_DATASET_METHODS = frozenset({"__getitem__", "__getitems__"})
-
-
-def _loading_data(group: Whereabouts) -> bool:
-    """The ranks wait for their DataLoader workers, or are inside a Dataset's method."""
-    if group.children is not None and "DataLoader worker" in group.children:
-        return True
-    return any(func in _DATASET_METHODS for _, _, func in group.frames)
+    return place_class(outside) if outside else COMMUNICATION
 
 
 def evidence_of(
@@ -162,8 +152,14 @@ def diagnose(
 
     exits = read_exits(heartbeat_dir)  # the ranks' exit records, read once
     lingering, threads = lingering_of(exits), thread_places(exits)
-    hang = analyse_hang(outcome, lingering)
-    survivors = where_they_were(outcome.survivors.evidence, lingering) if outcome.survivors else ()
+    from safelaunch.rundir import calls_file
+
+    written = calls_file.read_all(outcome.attempt_dir)  # the ranks' call ledgers, read once
+    blocked = {r: {c.where for c in ledger.calls if c.blocked} for r, ledger in written.items()}
+    hang = analyse_hang(outcome, lingering, blocked)
+    survivors = (
+        where_they_were(outcome.survivors.evidence, lingering, blocked) if outcome.survivors else ()
+    )
     # torch's analyser costs an import of torch: only when something went wrong
     collectives = (
         for_attempt(outcome, hang)
@@ -174,7 +170,18 @@ def diagnose(
         klass = hang_class(hang) if hang else None
         places = _places(outcome, hang, heartbeat_dir)
         return Diagnosis(
-            verdict=_weigh(None, hang, collectives, texts, outcome, places, survivors, threads),
+            verdict=_weigh(
+                None,
+                hang,
+                collectives,
+                texts,
+                outcome,
+                places,
+                survivors,
+                threads,
+                written,
+                leaves_of(exits),
+            ),
             places=places,
             root_cause=None,
             error=None,
@@ -193,7 +200,7 @@ def diagnose(
     if found is None:  # not reached: with a failed rank there is always a root cause
         return Diagnosis(root_cause=None, error=None, hang=hang, non_finite=non_finite)
     places = _places(outcome, hang, heartbeat_dir, survivors)
-    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads)
+    verdict = _weigh(found, hang, collectives, texts, outcome, places, survivors, threads, written)
     found = follow_verdict(found, verdict, evidence, table)
     root = next(r for r in outcome.ranks if r.rank == found.rank)
     seqs = read_seqs(heartbeat_dir, [r.rank for r in outcome.ranks]) if found.left_early else {}
@@ -271,26 +278,42 @@ def _weigh(
     places: Sequence[RankPlace],
     survivors: Sequence[Whereabouts] = (),
     threads: Mapping[int, str] | None = None,
+    written: Mapping[int, CallLedger] | None = None,
+    leaves: Mapping[int, Leave] | None = None,
 ) -> Verdict:
     """Every source's items, weighed by the arbiter; a culprit without a place of its own
     is placed where the hang's stacks, else its last heartbeat record, saw it.
-    `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places)."""
+    `threads`: where a rank's lingering non-daemon threads are (leaving.thread_places).
+    `written`: the ranks' call ledgers as read (else read here); the collectives from C++
+    they do not hold are put back from the flight records (unseen_calls.py)."""
     from dataclasses import replace
 
     from safelaunch.diagnose import witnesses as w
     from safelaunch.diagnose.arbiter import decide
     from safelaunch.diagnose.ledger_items import items_of_ledgers, last_groups
-    from safelaunch.rundir import calls_file
+    from safelaunch.diagnose.unseen_calls import issued_by_flights, with_unseen
+    from safelaunch.rundir import calls_file, flight_file
 
-    ledgers = calls_file.read_all(outcome.attempt_dir)
+    flights = issued_by_flights(flight_file.read_ours(flight_file.directory(outcome.attempt_dir)))
+    if written is None:
+        written = calls_file.read_all(outcome.attempt_dir)
+    ledgers = with_unseen(written, flights)
     first = w.first_failure(found) if found is not None else None
+    # the failed ranks that stopped inside a call (a timeout, a mismatch): they waited in it
+    failed_inside = [
+        r.rank
+        for r in outcome.ranks
+        if r.state == RankEnding.FAILED
+        and any(c.blocked for c in getattr(ledgers.get(r.rank), "calls", ()))
+    ]
     items = [
         *([first] if first is not None else []),
-        *w.survivor_items(survivors, first, threads or {}),
-        *w.flight_items(collectives, [p.rank for p in places if p.waiting]),
+        *w.survivor_items(survivors, first, threads or {}, failed_inside),
+        *w.flight_items(collectives, _waiting(places, ledgers), ledgers),
         *w.hang_items(hang, threads or {}),
+        *w.exit_items(hang, leaves or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
-        *items_of_ledgers(ledgers),
+        *items_of_ledgers(ledgers, _elsewhere(survivors, first)),
         *w.peer_address_items(texts, outcome.attempt_dir),
     ]
     verdict = decide(items)
@@ -300,6 +323,23 @@ def _weigh(
             placed = replace(verdict.decided_by, location=where[verdict.culprits[0]])
             verdict = replace(verdict, decided_by=placed)
     return verdict
+
+
+def _waiting(places: Sequence[RankPlace], ledgers: Mapping[int, CallLedger]) -> list[int]:
+    """The ranks waiting in a call: their stacks inside torch.distributed, or their ledger
+    blocked in a call (an irecv's wait() has no torch frame of its own)."""
+    blocked = [r for r, ledger in ledgers.items() if any(c.blocked for c in ledger.calls)]
+    return sorted({p.rank for p in places if p.waiting} | set(blocked))
+
+
+def _elsewhere(survivors: Sequence[Whereabouts], first: Item | None) -> list[int]:
+    """The survivors outside any call, their script not ended, where the first failure
+    only waited (a timeout) or followed a peer (witnesses.survivor_items says why)."""
+    from safelaunch.diagnose.arbiter import Tier
+
+    if first is None or first.tier != Tier.FIRST_FAILURE:
+        return []
+    return [r for g in survivors if not g.waiting and g.frames and not g.ended for r in g.ranks]
 
 
 def describe_ending(outcome: Outcome, diagnosis: Diagnosis) -> str:

@@ -15,9 +15,11 @@ oldest lines (the cap), positions are the counts in the group alone.
   members called another op, size or dtype (`other call`), never called it (`never
   called`), or called where most made no call (`extra call`).
 - Without a majority (two members, or a tie), each member against its own earlier calls
-  at that point of its loop (group, op, dtype[shape] and file:line, one loop period
-  back; before two whole periods exist, the moves from one call to the next that the
-  program made, in the other ranks' ledgers and its own, group names left out): the
+  at that point of its loop: its whole ledger's (own_loop.py: every kind and group, the
+  longest context seen before and what followed it), else the moves from one call to
+  the next that the program made, in the other ranks' ledgers and its own, group names
+  left out (loop_moves.py). (A rule of one loop period back, the shortest period the
+  last two repeat with, is gone: DDP's warm-up steps made two periods by chance.) The
   member that departs from its loop while the others keep to theirs is odd; when none
   or all do, or one cannot be told, the group is undecided, and nobody is named.
 - Where the members made the same call from different lines (legitimate: `if rank == 0:
@@ -27,8 +29,9 @@ oldest lines (the cap), positions are the counts in the group alone.
 
 A member that has not made the call at a count but is blocked in another call is held
 up there (the wait-for graph says by whom), not odd: it takes no part in the vote.
-Collectives DDP issues from C++ are not in the ledgers; p2p calls are left to the
-wait-for graph. Pure: ledgers in, a frozen LedgerComparison out.
+Collectives DDP issues from C++ are not in the ledgers: unseen_calls.py writes them back
+in where torch counted them, before the comparison. p2p calls are left to the wait-for
+graph. Pure: ledgers in, a frozen LedgerComparison out.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from safelaunch.diagnose import own_loop
 from safelaunch.diagnose.loop_moves import Program, by_moves, program_of
+from safelaunch.diagnose.unseen_calls import is_unseen
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.calls_file import Call, CallKind, CallLedger
 from safelaunch.vocab import StrEnum
@@ -148,8 +153,13 @@ def _first_divergence(
         voters = [m for m in members if at[m] is not None or m not in blocked]
         if len(voters) < 2 or len({_full(at[m]) for m in voters}) == 1:
             continue
+        # only collectives from C++ there, some members with none: how far each got
+        # when its count was taken (a flight record, or none: a rank that died), not a
+        # call of one more, nor one it never made
+        if all((c := at[m]) is None or is_unseen(c) for m in voters):
+            continue
         if len({_short(at[m]) for m in voters}) == 1:  # the same call from other lines
-            found = _by_own_loop(group, members, count, calls, voters, program)
+            found = _by_own_loop(group, members, count, calls, voters, program, ledgers)
             if isinstance(found, GroupDivergence):
                 return found
             site = site or _by_site(group, members, count, at, voters) or found
@@ -158,7 +168,7 @@ def _first_divergence(
             majority = _majority({m: _short(at[m]) for m in voters})
             if majority is not None:
                 return _by_majority(group, members, count, at, voters, majority)
-        found = _by_own_loop(group, members, count, calls, voters, program)
+        found = _by_own_loop(group, members, count, calls, voters, program, ledgers)
         # past an extra call from another line, each loop is compared shifted: no verdict
         return found if site is None else site
     return site
@@ -242,17 +252,16 @@ def _by_own_loop(
     calls: Mapping[int, Mapping[int, Call]],
     voters: Sequence[int],
     program: Program,
+    ledgers: Mapping[int, CallLedger],
 ) -> GroupDivergence | Undecided:
     departs: dict[int, bool] = {}
     loops: dict[int, str] = {}
     for m in voters:
-        history = [_full(calls[m].get(k)) for k in range(min(calls[m], default=count), count)]
-        current = _full(calls[m].get(count))
-        period = _period(history)
-        if period is not None:
-            loops[m] = f"rank {m} every {period}"
-            departs[m] = current != history[-period]
-        else:  # not two whole periods yet: the moves the program made before
+        here = calls[m].get(count)
+        kept = None if here is None else own_loop.keeps(ledgers[m], here)
+        if kept is not None:  # its whole ledger, every kind and group: the strongest
+            departs[m], loops[m] = not kept, f"rank {m}'s calls before it"
+        else:  # the moves the program made before, its own and the other ranks'
             moved = by_moves(m, count, calls, program)
             if moved is not None:
                 departs[m], loops[m] = moved
@@ -301,15 +310,6 @@ def _by_site(
     agreeing = [m for m in voters if where.get(m) == common]
     note = " (the same call, another line)"
     return _odd_ones(group, members, count, at, voters, agreeing, Basis.SITE, note)
-
-
-def _period(history: Sequence[Signature]) -> int | None:
-    """The shortest period P that the last 2P calls repeat with; None if none does."""
-    for period in range(1, len(history) // 2 + 1):
-        tail = history[-2 * period :]
-        if tail[:period] == tail[period:]:
-            return period
-    return None
 
 
 def _shown(call: Call | None, group: str) -> str:

@@ -24,6 +24,7 @@ class LeaveHow(StrEnum):
     """How a rank's Python code ended (rank/beat.py writes these words in its exit record)."""
 
     SYS_EXIT = "sys.exit"
+    HARD_EXIT = "os._exit"  # no exception, no atexit: the bootstrap's wrapper wrote it
     RETURNED = "returned"  # the end of the script
     DESTROYED = "destroy_process_group"  # while the rank still ran
     RAISED = "raised"  # written only when non-daemon threads outlived the script
@@ -31,10 +32,21 @@ class LeaveHow(StrEnum):
 
 _ENDED = {
     LeaveHow.SYS_EXIT: "called sys.exit",
+    LeaveHow.HARD_EXIT: "called os._exit",
     LeaveHow.RETURNED: "returned",
     LeaveHow.RAISED: "raised",
     LeaveHow.DESTROYED: "returned",
 }
+
+
+EXIT_CALLS = frozenset({LeaveHow.SYS_EXIT, LeaveHow.HARD_EXIT})  # it ended itself, a code given
+
+
+def exit_call(leave: Leave) -> str:
+    """`SystemExit: sys.exit(3)`, `os._exit(3)`: the call as the rank made it."""
+    if leave.how == LeaveHow.HARD_EXIT:
+        return f"os._exit({leave.code!r})"
+    return f"SystemExit: sys.exit({leave.code!r})"
 
 
 def _how(record: Mapping[str, Any]) -> LeaveHow | None:

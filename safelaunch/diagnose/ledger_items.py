@@ -4,28 +4,34 @@ each rank last called in (for torch's group-local DETAIL texts, witnesses.py).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
-from safelaunch.diagnose.group_calls import Basis, Oddity, OddMember, compare_ledgers
+from safelaunch.diagnose.group_calls import (
+    Basis,
+    GroupDivergence,
+    Oddity,
+    OddMember,
+    compare_ledgers,
+)
 from safelaunch.diagnose.waitfor import wait_for
-from safelaunch.diagnose.witnesses import one, shorten
-from safelaunch.ranktext import ranks_label
+from safelaunch.diagnose.waitfor_items import items_of_graph
+from safelaunch.diagnose.witnesses import one
 from safelaunch.rundir.calls_file import Call, CallLedger
 from safelaunch.vocab import COMMUNICATION
 
 
-def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
+def items_of_ledgers(
+    ledgers: Mapping[int, CallLedger], elsewhere: Collection[int] = ()
+) -> list[Item]:
     """The ledgers compared per group, and as a wait-for graph. Another op/size/dtype at a
     count, or one call more, by majority or against the rank's own loop, is content; a
     rank that never made the call, and a rank the others wait on, are behind; members
     that differ where nothing names one are "one of these" (ambiguous).
 
-    A cycle of waits is a program deadlock (content). A cycle through p2p calls only names
-    every rank in it (each waits to receive first). A cycle through a collective means
-    the ranks issue their collectives in different orders: the members the comparison
-    finds odd (even only by another line) broke the order, and are the cycle's culprits;
-    where it finds none inside the cycle, the cycle is "one of these".
+    The wait-for graph's cycles and the ranks others wait for: waitfor_items.py (a
+    cycle through a collective is broken by the members this comparison finds odd, even
+    only by another line; `elsewhere`: its words).
     """
     if not ledgers:
         return []
@@ -61,57 +67,16 @@ def items_of_ledgers(ledgers: Mapping[int, CallLedger]) -> list[Item]:
                 ambiguous=True,
             )
         )  # fmt: skip
-    graph = wait_for(ledgers)
-    for cycle in graph.cycles:
-        inside = [e for e in graph.edges if e.waiter in cycle and e.waited_on in cycle]
-        why = "; ".join(e.why for e in inside)
-        says = f"program deadlock: {ranks_label(cycle)} wait on each other in a cycle" + (
-            f" ({shorten(why, 240)})" if why else ""
-        )
-        if not any(e.collective for e in inside):
-            waits = (c for r in cycle if r in ledgers for c in ledgers[r].calls if c.blocked)
-            items.append(
-                Item(
-                    source=Source.WAIT_FOR, tier=Tier.CONTENT, ranks=cycle, says=says,
-                    location=one(c.where or None for c in waits), klass=COMMUNICATION,
-                )
-            )  # fmt: skip
-            continue
-        broke = [d for d in comparison.divergences if {m.rank for m in d.odd} < set(cycle)]
-        if not broke:
-            items.append(
-                Item(
-                    source=Source.WAIT_FOR, tier=Tier.BEHIND, ranks=cycle, ambiguous=True,
-                    says=f"{says}: their collectives are in different orders, and nothing "
-                    "says whose order departs",
-                )
-            )  # fmt: skip
-            continue
-        first = broke[0]
-        breakers = tuple(sorted(m.rank for m in first.odd))
-        items.append(
-            Item(
-                source=Source.WAIT_FOR,
-                tier=Tier.CONTENT,
-                ranks=breakers,
-                says=f"cross-group deadlock: {ranks_label(cycle)} wait on each other in a "
-                f"cycle because {ranks_label(breakers)} broke the order of the collectives: "
-                f"{shorten(first.text, 240)}",
-                location=one(_pointed(ledgers[m.rank], m, first.expected) for m in first.odd),
-                klass=COMMUNICATION,
-            )
-        )
-    if graph.culprits:
-        whys = "; ".join(s.why for s in graph.sinks if s.rank in graph.culprits)
-        items.append(
-            Item(
-                source=Source.WAIT_FOR,
-                tier=Tier.BEHIND,
-                ranks=graph.culprits,
-                says=shorten(whys, 240),
-            )
-        )
+    broke = [
+        (d, tuple(sorted(m.rank for m in d.odd)), _pointed_one(ledgers, d))
+        for d in comparison.divergences
+    ]
+    items.extend(items_of_graph(wait_for(ledgers), ledgers, broke, elsewhere))
     return items
+
+
+def _pointed_one(ledgers: Mapping[int, CallLedger], d: GroupDivergence) -> str | None:
+    return one(_pointed(ledgers[m.rank], m, d.expected) for m in d.odd)
 
 
 def _pointed(ledger: CallLedger, odd: OddMember, expected: Call | None) -> str | None:

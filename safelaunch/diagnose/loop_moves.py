@@ -51,10 +51,11 @@ def by_moves(
 ) -> tuple[bool, str] | None:
     """Before two whole periods: (departs, why) from the moves the program made (the other
     ranks', and this member's before `count`; from the start too), or None where they
-    cannot say. A move made before keeps to the loop; a call no rank ever made departs; so
-    does a move where, from the same call, the program only ever went elsewhere. A call
-    made before is no evidence by itself (a skipped call goes on to a known one), nor is
-    a move from a call the program never left yet (the first step's end)."""
+    cannot say. A move made before keeps to the loop (not the same call again: a run of
+    one call may go on or end); a call no rank ever made departs; so does a move where,
+    from the same call, the program only ever went elsewhere. A call made before is no
+    evidence by itself (a skipped call goes on to a known one), nor is a move from a call
+    the program never left yet (the first step's end)."""
     mine = calls[member]
     first = min(mine, default=count)
     steps = [_step(c) for k in range(first, count) if (c := mine.get(k))]
@@ -65,8 +66,10 @@ def by_moves(
     before = [*start, *steps]
     moves = program.moves | set(pairwise(before))
     move = (before[-1], _step(here)) if before else None
+    # one call again, made before, is no evidence either way: whether a run goes on or
+    # ends is what is asked
     if move is not None and move in moves:
-        return False, ""
+        return (False, "") if move[0] != move[1] else None
     others = {_step(c) for m, cs in calls.items() if m != member for c in cs.values()}
     # new only against members that made a call here too (else nobody has got this far)
     rivals = all(cs.get(count) is not None for m, cs in calls.items() if m != member)

@@ -21,7 +21,7 @@ from safelaunch.diagnose.arbiter import Verdict
 from safelaunch.diagnose.errortext import ErrorSource, ErrorText, error_text, last_lines
 from safelaunch.diagnose.layerclass import Stage, describe, layer_class
 from safelaunch.diagnose.layers import read_fault
-from safelaunch.diagnose.leaving import Leave, LeaveHow, left_collectives
+from safelaunch.diagnose.leaving import EXIT_CALLS, Leave, exit_call, left_collectives
 from safelaunch.diagnose.match import Match, cause, in_worker, matches
 from safelaunch.diagnose.pytypes import EXCEPTION_TYPES, RANK_LEFT_EARLY
 from safelaunch.diagnose.signatures import SIGNATURES, Signature
@@ -154,14 +154,14 @@ def _exit_message(rank: RankEvidence) -> ErrorText | None:
         line = lines[-1]
     if line is not None:
         return ErrorText(line=line, location=where, source=ErrorSource.LOG)
-    if rank.leave is not None and rank.leave.how == LeaveHow.SYS_EXIT:  # it printed nothing
-        line = f"SystemExit: sys.exit({rank.leave.code!r})"
+    if rank.leave is not None and rank.leave.how in EXIT_CALLS:  # it printed nothing
+        line = exit_call(rank.leave)
         return ErrorText(line=line, location=where, source=ErrorSource.EXIT_RECORD)
     return None
 
 
 def _called_exit(rank: RankEvidence) -> bool:
-    return rank.leave is not None and rank.leave.how == LeaveHow.SYS_EXIT
+    return rank.leave is not None and rank.leave.how in EXIT_CALLS
 
 
 def _leaving_error(leave: Leave) -> ErrorText | None:
@@ -173,9 +173,9 @@ def _leaving_error(leave: Leave) -> ErrorText | None:
             location=leave.location,
             source=ErrorSource.EXIT_RECORD,
         )
-    if leave.how == LeaveHow.SYS_EXIT:
+    if leave.how in EXIT_CALLS:
         return ErrorText(
-            line=f"SystemExit: sys.exit({leave.code!r}) while the other ranks still communicated",
+            line=f"{exit_call(leave)} while the other ranks still communicated",
             location=leave.location,
             source=ErrorSource.EXIT_RECORD,
         )

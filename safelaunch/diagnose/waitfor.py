@@ -35,6 +35,7 @@ class Edge:
     waited_on: int
     why: str  # one line of words, with the waiter's file:line where the ledger has it
     collective: bool = False  # the waiter waits in a collective (else in a send/recv)
+    n: int = 0  # the waiter's call it waits in (its ledger's number)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def _collective_edges(
                 f"rank {rank} waits in {call.shown()} (group {call.group}) for rank {member}, "
                 f"which has {so_far}"
             )
-            edges.append(Edge(waiter=rank, waited_on=member, why=why, collective=True))
+            edges.append(Edge(waiter=rank, waited_on=member, why=why, collective=True, n=call.n))
     return edges
 
 
@@ -146,7 +147,7 @@ def _p2p_edge(ledger: CallLedger, call: Call, peer: CallLedger | None) -> Edge |
     why = (
         f"rank {ledger.rank} waits in {call.shown()} (message {nth}); rank {call.peer} has {so_far}"
     )
-    return Edge(waiter=ledger.rank, waited_on=call.peer, why=why)
+    return Edge(waiter=ledger.rank, waited_on=call.peer, why=why, n=call.n)
 
 
 def _pairs(call: Call, other: Call, rank: int, own: bool = False) -> bool:

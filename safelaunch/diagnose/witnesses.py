@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from safelaunch.diagnose.arbiter import Item, Source, Tier
+from safelaunch.diagnose.leaving import EXIT_CALLS, Leave, exit_call
 from safelaunch.diagnose.match import matches
 from safelaunch.diagnose.rootcause import WAITING, RootCause
 from safelaunch.diagnose.signatures import CONSEQUENCES
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics, WaitKind
-from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
+from safelaunch.hangs.analysis import HangAnalysis, Whereabouts, loading_data
 from safelaunch.ranktext import ranks_label
-from safelaunch.vocab import COMMUNICATION, FailureClass
+from safelaunch.vocab import COMMUNICATION, DATA, FailureClass
 
 
 def first_failure(found: RootCause) -> Item:
@@ -97,13 +98,18 @@ def _members(d: Divergence) -> str:
     return ",".join(map(str, d.ranks))
 
 
-def flight_items(forensics: Forensics | None, waiting: Iterable[int] = ()) -> list[Item]:
+def flight_items(
+    forensics: Forensics | None, waiting: Iterable[int] = (), ledgered: Iterable[int] = ()
+) -> list[Item]:
     """Divergences: a different call is content; a member that never called it, behind.
 
     `waiting`: ranks seen waiting inside a collective (stacks, heartbeats). A member that
     never called a subgroup's collective because it waits in another one is blocked there,
     not the cause: that finding is last-resort evidence only (the wait-for graph and the
-    stacks say whom it waits for).
+    stacks say whom it waits for). `ledgered`: ranks with a call ledger: a pair of them
+    that both receive (or send) is the wait-for graph's to judge, which reads the same
+    calls with each rank's own loop (a stage that skipped its send leaves its peer and
+    itself both receiving: the pair alone would blame both).
     """
     if forensics is None:
         return []
@@ -135,9 +141,12 @@ def flight_items(forensics: Forensics | None, waiting: Iterable[int] = ()) -> li
                     + ("; it waits in another collective" if elsewhere else ""),
                 )
             )
+    known = set(ledgered)
     for w in forensics.p2p:
         if w.kind == WaitKind.UNANSWERED:
             continue  # who should answer is a guess from the pairing alone
+        if set(w.ranks) <= known:
+            continue
         calls = "; ".join(f"rank {r} {c}" for r, c in w.calls)
         items.append(
             Item(
@@ -170,6 +179,32 @@ def hang_items(hang: HangAnalysis | None, threads: Mapping[int, str] | None = No
             location=place,
         )
     ]
+
+
+def exit_items(hang: HangAnalysis | None, leaves: Mapping[int, Leave]) -> list[Item]:
+    """A hang whose culprits include ranks that ended: where and how each left, from its
+    exit record (a failure's first failure says it already: witnesses.first_failure).
+    A clean end (code 0, the script's end) is data/sampling, as a failure's rank that left
+    early (its loop ended first: its data ran out); a code of its own is no class."""
+    if hang is None:
+        return []
+    items = []
+    for rank, _ in hang.exited:
+        leave = leaves.get(rank)
+        if leave is None or rank not in hang.culprits:
+            continue
+        how = exit_call(leave) if leave.how in EXIT_CALLS else str(leave.how or "ended")
+        items.append(
+            Item(
+                source=Source.EXIT_RECORD,
+                tier=Tier.OWN_ERROR,
+                ranks=(rank,),
+                says=f"rank {rank} left ({how}) while the others still communicated",
+                location=leave.location,
+                klass=DATA if leave.code in (0, None) else None,
+            )
+        )
+    return items
 
 
 _BARRIER = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier")
@@ -259,33 +294,46 @@ def _detail_items(calls: Mapping[int, str]) -> list[Item]:
 
 
 def survivor_items(
-    survivors: Sequence[Whereabouts], first: Item | None, threads: Mapping[int, str] | None = None
+    survivors: Sequence[Whereabouts],
+    first: Item | None,
+    threads: Mapping[int, str] | None = None,
+    failed_inside: Collection[int] = (),
 ) -> list[Item]:
     """Where the other ranks were when the first one failed (taken before the teardown):
     a rank not in the collective the others wait in is the one they waited for.
 
     Only where the first failure only waited (a timeout) or followed a peer: beside an
     error of a rank's own, a survivor busy elsewhere is a healthy straggler, not evidence.
+    `failed_inside`: failed ranks that stopped inside a call (their ledgers: a timeout, a
+    mismatch): they waited too (a pipeline's waiting stages often all time out before
+    the snapshot is taken).
     """
     if first is not None and first.tier != Tier.FIRST_FAILURE:
         return []
     waiting = [g for g in survivors if g.waiting]
+    waiters = sum(len(g.ranks) for g in waiting) + len(set(failed_inside))
     elsewhere = [g for g in survivors if not g.waiting and (g.frames or g.ended)]
-    if not waiting or not elsewhere:
+    if not waiters or not elsewhere:
         return []
     ranks = tuple(sorted(r for g in elsewhere for r in g.ranks))
-    if len(ranks) >= sum(len(g.ranks) for g in waiting):
+    if len(ranks) >= waiters:
         return []  # most were elsewhere: nothing singles them out
     what = "; ".join(
         f"{ranks_label(g.ranks)} in {g.activity}" + (f" ({g.ended})" if g.ended else "")
         for g in elsewhere
     )
+    busy = [g for g in elsewhere if not g.ended]  # a script that ended is no place of work
     return [
         Item(
             source=Source.STACKS,
             tier=Tier.BEHIND,
             ranks=ranks,
             says=f"when the first rank failed, {what}, not in the collective the others waited in",
+            # loading data is the class; elsewhere in its own code, the timeout's stays (a
+            # stop-the-world pause past it: communication, the group timeout to raise)
+            klass=DATA
+            if busy and len(busy) == len(elsewhere) and all(map(loading_data, busy))
+            else None,
             location=one(
                 (threads or {}).get(r) if g.ended else g.location
                 for g in elsewhere

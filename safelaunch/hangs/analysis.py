@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from safelaunch.outcome import Outcome
 from safelaunch.ranktext import ranks_label
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor import HangEvidence
+from safelaunch.vocab import DATA, UNKNOWN, FailureClass
 
 _DISTRIBUTED = "torch/distributed/"
 _DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
@@ -55,6 +56,24 @@ class Whereabouts:
     ended: str | None = None
     # it waits on its own children: where they are (hangs/child_waits.py)
     children: str | None = None
+
+
+# the Dataset protocol's methods: a rank stuck in one of them is stuck loading data
+_DATASET_METHODS = frozenset({"__getitem__", "__getitems__"})
+
+
+def loading_data(group: Whereabouts) -> bool:
+    """The ranks wait for their DataLoader workers, or are inside a Dataset's method."""
+    if group.children is not None and "DataLoader worker" in group.children:
+        return True
+    return any(func in _DATASET_METHODS for _, _, func in group.frames)
+
+
+def place_class(elsewhere: Sequence[Whereabouts]) -> FailureClass:
+    """The class of ranks found outside any collective: data/sampling where they all load
+    data (the dataset's code, its workers, the files), else unknown: their own code is
+    stuck, and its stack, not the network, is the lead."""
+    return DATA if elsewhere and all(loading_data(g) for g in elsewhere) else UNKNOWN
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,8 +157,17 @@ def _stale_text(silences: list[float], states: set[str]) -> str:
 _Key = tuple[str, str | None, bool, str | None, str | None, str | None]
 
 
-def _group(evidence: HangEvidence, lingering: Mapping[int, str] | None = None) -> list[Whereabouts]:
-    lingering = lingering or {}
+def _at(location: str | None, lines: Collection[str]) -> bool:
+    """`path:line in func` is at one of the `path:line`s."""
+    return location is not None and location.split(" in ", 1)[0] in lines
+
+
+def _group(
+    evidence: HangEvidence,
+    lingering: Mapping[int, str] | None = None,
+    blocked: Mapping[int, Collection[str]] | None = None,
+) -> list[Whereabouts]:
+    lingering, blocked = lingering or {}, blocked or {}
     keyed: dict[_Key, list[tuple[int, int | None]]] = {}
     stacks: dict[_Key, Frames] = {}
     silences: dict[_Key, list[float]] = {}
@@ -153,9 +181,13 @@ def _group(evidence: HangEvidence, lingering: Mapping[int, str] | None = None) -
         activity = (
             frames[0][2] if frames else "an unknown place (no Python stack; judged by output)"
         )
-        waiting = bool(frames) and _DISTRIBUTED in frames[0][0]
         # the bootstrap's frames (and its `python -c` string) are not the user's either
         location = user_frame(frames, also_skip=("<string>", "safelaunch/rank/"))
+        # in torch.distributed, or at the line of a call its ledger says it waits in (a
+        # work's wait(), an irecv's, has no Python frame of torch's)
+        waiting = (bool(frames) and _DISTRIBUTED in frames[0][0]) or _at(
+            location, blocked.get(progress.rank, ())
+        )
         kids = evidence.children.get(progress.rank, ())
         waits = None if waiting else waits_for(frames, [(c, _read_dump(c.dump)) for c in kids])
         key = (activity, location, waiting, frozen, lingering.get(progress.rank), waits)
@@ -191,14 +223,17 @@ SAME_PLACE_HERE = (
 
 
 def where_they_were(
-    evidence: HangEvidence, lingering: Mapping[int, str] | None = None
+    evidence: HangEvidence,
+    lingering: Mapping[int, str] | None = None,
+    blocked: Mapping[int, Collection[str]] | None = None,
 ) -> tuple[Whereabouts, ...]:
     """The ranks in `evidence` grouped by where they were (most ranks first): a hang's, or
     the survivors' of a failure (hangs/survivors.py), whose evidence has the same shape.
 
     `lingering`: ranks whose script ended while their process did not, with why
-    (diagnose/leaving.py read_lingering)."""
-    return tuple(_group(evidence, lingering or {}))
+    (diagnose/leaving.py read_lingering). `blocked`: per rank, the file:line of each
+    call its ledger says it waits in."""
+    return tuple(_group(evidence, lingering or {}, blocked))
 
 
 def _culprits(
@@ -233,7 +268,8 @@ def _culprits(
     if waiting and waiting != everyone:
         elsewhere = tuple(sorted(everyone - waiting))
         return elsewhere, "the others wait in a collective; it is not in one"
-    if len(groups) > 1:
+    # the fewest ranks at one place, where fewer than at any other (not one of many apart)
+    if len(groups) > 1 and len(groups[-1].ranks) < len(groups[-2].ranks):
         return groups[-1].ranks, "it is not where the others are"
     return (), SAME_PLACE_HERE if multinode else SAME_PLACE
 
@@ -312,6 +348,9 @@ def _left_loop(inner: Frames, outer: Frames, cache: dict[str, ast.Module | None]
     return any(_in_loop(_parse(p, cache), n) for p, n, _ in down[depth + 1 :])
 
 
+LEFT = "it left the loop the others still run (fewer iterations: it ran out of data)"
+
+
 def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> str | None:
     """Why the culprits and the others ran a loop a different number of times, or None.
 
@@ -330,7 +369,7 @@ def uneven_reason(groups: Sequence[Whereabouts], culprits: tuple[int, ...]) -> s
         return None  # counts differ: "it is behind" says it
     cache: dict[str, ast.Module | None] = {}
     if all(_left_loop(o.frames, c.frames, cache) for c in odd for o in rest):
-        return "it left the loop the others still run (fewer iterations: it ran out of data)"
+        return LEFT
     if all(_left_loop(c.frames, o.frames, cache) for c in odd for o in rest):
         return "it still runs the loop the others have left (more iterations: uneven data)"
     return None
@@ -343,17 +382,21 @@ def silent_for(evidence: HangEvidence, since: float) -> float:
 
 
 def analyse_hang(
-    outcome: Outcome, lingering: Mapping[int, str] | None = None
+    outcome: Outcome,
+    lingering: Mapping[int, str] | None = None,
+    blocked: Mapping[int, Collection[str]] | None = None,
 ) -> HangAnalysis | None:
-    """Group the ranks by where they were and name the odd ones out (`lingering`: as for
-    where_they_were)."""
+    """Group the ranks by where they were and name the odd ones out (`lingering`,
+    `blocked`: as for where_they_were)."""
     evidence = outcome.hang
     if evidence is None:
         return None
     live = {p.rank for p in evidence.ranks}
     exited = [(r.rank, r.how_it_ended()) for r in outcome.ranks if r.rank not in live]
-    groups = _group(evidence, lingering or {})
+    groups = _group(evidence, lingering or {}, blocked)
     culprits, reason = _culprits(groups, exited, outcome.multinode)
+    if not culprits and not exited:  # two places alike in size: one left the loop?
+        culprits = next((g.ranks for g in groups if uneven_reason(groups, g.ranks) == LEFT), ())
     uneven = None if exited else uneven_reason(groups, culprits)
     stuck = min(silent_for(evidence, p.last_progress) for p in evidence.ranks)
     stacks = next(iter(evidence.stack_files.values()), None)

@@ -255,6 +255,9 @@ def collective_sequence() -> int | None:
     """How many collectives the default group has issued; None before init_process_group.
 
     torch is only looked up, never imported: a script that does not use it pays nothing.
+    torch's own count holds the group's p2p ops too (Gloo, measured): those the call
+    ledger wrote are taken out, or the stages of a pipeline, which send and receive in
+    different numbers, would look behind one another.
     """
     dist = sys.modules.get("torch.distributed")
     torch = sys.modules.get("torch")
@@ -267,9 +270,11 @@ def collective_sequence() -> int | None:
         for device in ("cpu", "cuda"):
             try:
                 backend = group._get_backend(torch.device(device))
-                return int(backend._get_sequence_number_for_group())
+                count = int(backend._get_sequence_number_for_group())
             except Exception:
                 continue
+            ledger = sys.modules.get("safelaunch.rank.call_ledger")
+            return count - (ledger.p2p_ops_of_default_group() if ledger is not None else 0)
     except Exception:
         return None
     return None

@@ -20,11 +20,12 @@ import sys
 from _frozen_importlib_external import SourceFileLoader
 
 from safelaunch.rank import beat, dist_hooks, flight_recorder, names, pathentry
-from safelaunch.rank.stdlib_standins import signals
+from safelaunch.rank.stdlib_standins import signals, suppress
 
 TYPE_CHECKING = False  # `types` costs every rank at start; only the checker needs it
 if TYPE_CHECKING:
-    from types import TracebackType
+    from types import FrameType, TracebackType
+    from typing import NoReturn
 
 _stacks_file = None  # kept open for faulthandler, for the life of the process
 
@@ -157,6 +158,28 @@ def record_exit(
     beat.write_exit(how, code, frames[::-1], threads)  # innermost first
 
 
+def record_hard_exits() -> None:
+    """os._exit ends the process at once: no exception, no atexit, so no exit record, and
+    a rank that ended so while its peers waited left no line to read. Wrapped to write
+    the record first, in the rank's own process only (a forked DataLoader worker ends by
+    os._exit too, and the rank's record is not its to write)."""
+    real = os._exit
+    rank_pid = os.getpid()
+
+    def _exit(status: int) -> NoReturn:
+        if os.getpid() == rank_pid:
+            with suppress(Exception):
+                frames = []
+                frame: FrameType | None = sys._getframe(1)
+                while frame is not None:  # innermost first, as write_exit takes them
+                    frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+                    frame = frame.f_back
+                beat.write_exit("os._exit", status, frames, beat.lingering_threads())
+        real(status)
+
+    os._exit = _exit
+
+
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
     """Drop the bootstrap's frames from the top of a traceback."""
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
@@ -171,6 +194,7 @@ def main() -> None:
     flight_recorder.arm()  # before faulthandler takes the signal, so that it can chain to it
     install_faulthandler()
     start_heartbeat()
+    record_hard_exits()
     try:
         dist_hooks.install()
     except Exception as exc:  # the job runs as launched rather than not at all

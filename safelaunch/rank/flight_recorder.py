@@ -24,6 +24,7 @@ import sys
 import time
 
 from safelaunch.rank import beat, names
+from safelaunch.rank.call_ledger import completed
 from safelaunch.rank.stdlib_standins import Lock, signals, start_thread, suppress, wraps
 
 TYPE_CHECKING = False  # `typing` costs every rank ~2 ms at start; only the checker needs it
@@ -157,7 +158,7 @@ def _p2p_pending() -> list[dict[str, Any]]:
         pending = list(_p2p_blocking.values())
         for call, work in _p2p_async:
             with suppress(Exception):
-                if not work.is_completed():
+                if not completed(work):
                     pending.append(call)
     return pending
 
@@ -209,29 +210,21 @@ def _blocking(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]
             key = entry["n"]
             with _lock_p2p:
                 _p2p_blocking[key] = entry
-        try:
-            return real(*args, **kwargs)
-        finally:
-            if key is not None:
-                with _lock_p2p:
-                    _p2p_blocking.pop(key, None)
+        result = real(*args, **kwargs)  # one that raised stays pending: the rank stopped there
+        if key is not None:
+            with _lock_p2p:
+                _p2p_blocking.pop(key, None)
+        return result
 
     return call
 
 
 def _remember(entries: list[dict[str, Any]], works: list[Any]) -> None:
     with _lock_p2p:
-        _p2p_async[:] = [(c, w) for c, w in _p2p_async if not _completed(w)] + list(
+        _p2p_async[:] = [(c, w) for c, w in _p2p_async if not completed(w)] + list(
             zip(entries, works, strict=False)
         )
         del _p2p_async[:-P2P_KEPT]
-
-
-def _completed(work: Any) -> bool:
-    try:
-        return bool(work.is_completed())
-    except Exception:
-        return True
 
 
 def _asynchronous(module: ModuleType, op: str, peer_name: str) -> Callable[..., Any]:

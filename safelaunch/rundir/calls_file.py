@@ -6,11 +6,15 @@ teardown. Tab-separated lines, by their first field:
 
 - `G  group  ranks  desc`: a process group this rank is a member of, its members as
   global ranks (`0,1,3`), written when init_process_group / new_group created it.
-- `C  n  mode  group  count  op  what  where`: collective call number `n` of the rank
-  (over all its calls), the rank's `count`-th Python-level collective in `group`;
-  `what` is `dtype[shape]` (and the reduce op), `where` the user's `file:line`.
-- `P  n  mode  group  op  peer  tag  what  where`: a point-to-point call; `peer` the
-  GLOBAL rank it sends to or receives from (`*`: any source).
+- `C  n  mode  group  count  op  what  where  seq`: collective call number `n` of the
+  rank (over all its calls), the rank's `count`-th Python-level collective in `group`;
+  `what` is `dtype[shape]` (and the reduce op), `where` the user's `file:line`; `seq`
+  torch's count of the ops the group had issued before it (its collectives from C++,
+  DDP's, and its p2p calls included; empty where the backend has none). Lines without
+  `seq` (written before it existed) are read as well.
+- `P  n  mode  group  op  peer  tag  what  where  seq`: a point-to-point call; `peer`
+  the GLOBAL rank it sends to or receives from (`*`: any source); `seq` as a
+  collective's (torch counts p2p calls among the group's ops).
 - `D  n`: call n returned (blocking), or its work was seen completed (async: polled at
   the rank's next call and when the launcher asks for the flight record). A blocking
   call without its `D`, or an async one without it and no blocking call after it, is
@@ -68,6 +72,7 @@ class Call(Record):
     op: str  # all_reduce, broadcast, send, recv, ...
     group: str  # torch's group name
     count: int | None = None  # collectives: the rank's count-th collective in `group`
+    seq: int | None = None  # torch's count of the group's ops issued before it
     peer: int | None = None  # p2p: the peer's global rank (None: any source)
     tag: int = 0
     what: str = ""  # dtype[shape] (and reduce op)
@@ -127,10 +132,21 @@ class CallsWriter:
         self._write(line)
 
     def collective(
-        self, n: int, blocking: bool, group: str, count: int, op: str, what: str, where: str
+        self,
+        n: int,
+        blocking: bool,
+        group: str,
+        count: int,
+        op: str,
+        what: str,
+        where: str,
+        seq: int | None = None,
     ) -> None:
         mode = "b" if blocking else "a"
-        self._write(f"C\t{n}\t{mode}\t{group}\t{count}\t{op}\t{_clean(what)}\t{_clean(where)}\n")
+        shown = "" if seq is None else str(seq)
+        self._write(
+            f"C\t{n}\t{mode}\t{group}\t{count}\t{op}\t{_clean(what)}\t{_clean(where)}\t{shown}\n"
+        )
 
     def p2p(
         self,
@@ -142,11 +158,14 @@ class CallsWriter:
         tag: int,
         what: str,
         where: str,
+        seq: int | None = None,
     ) -> None:
         mode = "b" if blocking else "a"
         shown = ANY if peer is None else str(peer)
+        counted = "" if seq is None else str(seq)
         self._write(
-            f"P\t{n}\t{mode}\t{group}\t{op}\t{shown}\t{tag}\t{_clean(what)}\t{_clean(where)}\n"
+            f"P\t{n}\t{mode}\t{group}\t{op}\t{shown}\t{tag}\t{_clean(what)}\t{_clean(where)}"
+            f"\t{counted}\n"
         )
 
     def done(self, n: int) -> None:
@@ -203,9 +222,9 @@ def parse(rank: int, lines: Iterable[str]) -> CallLedger:
                 ranks = tuple(sorted(int(r) for r in fields[2].split(",") if r))
                 desc = fields[3] if len(fields) > 3 else ""
                 groups[fields[1]] = Group(name=fields[1], ranks=ranks, desc=desc)
-            elif kind == "C" and len(fields) == 8:
+            elif kind == "C" and len(fields) in (8, 9):
                 calls[int(fields[1])] = _collective(fields)
-            elif kind == "P" and len(fields) == 9:
+            elif kind == "P" and len(fields) in (9, 10):
                 calls[int(fields[1])] = _p2p(fields)
             elif kind == "D" and len(fields) == 2:
                 done.add(int(fields[1]))
@@ -228,8 +247,10 @@ def parse(rank: int, lines: Iterable[str]) -> CallLedger:
 
 
 def _collective(fields: list[str]) -> dict[str, Any]:
-    _, _, mode, group, count, op, what, where = fields
+    _, _, mode, group, count, op, what, where, *rest = fields
+    seq = rest[0] if rest else ""
     return {
+        "seq": int(seq) if seq else None,
         "kind": CallKind.COLLECTIVE,
         "blocking": mode == "b",
         "group": group,
@@ -241,8 +262,10 @@ def _collective(fields: list[str]) -> dict[str, Any]:
 
 
 def _p2p(fields: list[str]) -> dict[str, Any]:
-    _, _, mode, group, op, peer, tag, what, where = fields
+    _, _, mode, group, op, peer, tag, what, where, *rest = fields
+    seq = rest[0] if rest else ""
     return {
+        "seq": int(seq) if seq else None,
         "kind": CallKind.P2P,
         "blocking": mode == "b",
         "group": group,

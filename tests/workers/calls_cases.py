@@ -6,9 +6,14 @@ size: 5 ranks; in new_group([1, 2, 3, 4]) rank 3 calls all_reduce with another s
       step 2
 skip: 3 ranks; rank 1 skips the all_reduce of step 2, so it ends one short and exits
       while its peers wait in their last: their Gloo errors name it by address only
+late: 2 ranks, a 3 s group timeout; each step rank 0 isends to rank 1, which irecv()s
+      and wait()s, then an all_reduce; at step 2 rank 0 sleeps past the timeout first:
+      rank 1's wait raises (its work completed, with an error)
 """
 
+import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -42,10 +47,22 @@ def skip(rank, world):
         dist.all_reduce(torch.ones(4))
 
 
+def late(rank, world):
+    for step in range(4):
+        if rank == 0:
+            if step == 2:
+                time.sleep(30)
+            dist.isend(torch.ones(4), dst=1).wait()
+        else:
+            dist.irecv(torch.zeros(4), src=0).wait()
+        dist.all_reduce(torch.ones(2))
+
+
 def main():
-    dist.init_process_group("gloo")
+    timeout = datetime.timedelta(seconds=3 if CASE == "late" else 1800)
+    dist.init_process_group("gloo", timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
-    {"cycle": cycle, "size": size, "skip": skip}[CASE](rank, world)
+    {"cycle": cycle, "size": size, "skip": skip, "late": late}[CASE](rank, world)
     dist.destroy_process_group()
 
 

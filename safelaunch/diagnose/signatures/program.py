@@ -60,6 +60,19 @@ PROGRAM: tuple[Signature, ...] = (
         ),
     ),
     Signature(
+        id="dataloader-worker-killed",
+        klass=RESOURCES,
+        patterns=(  # SIGKILL ("Killed"): what the kernel's OOM killer sends (torch 2.13)
+            r"DataLoader worker \(pid \d+\) is killed by signal: Killed",
+        ),
+        meaning="a DataLoader worker was killed (SIGKILL): most often the OOM killer, the "
+        "host's memory taken by the ranks and their workers",
+        next_steps=(
+            "check the kernel log for the OOM killer (dmesg | grep -i kill)",
+            "fewer DataLoader workers (num_workers) or a smaller prefetch_factor",
+        ),
+    ),
+    Signature(
         id="dataloader-worker-died",
         klass=DATA,
         patterns=(
