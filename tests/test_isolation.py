@@ -151,7 +151,7 @@ def test_torchs_collective_checks_only_where_safe(tmp_path: Path) -> None:
     rerun_log = (shape.run_dir / "isolate_gloo" / "rank0.log").read_text()
     assert "Detected mismatch between collectives on ranks" in rerun_log
     # a DDP job: never DETAIL (it segfaults DDP's constructor in torch 2.13)
-    ddp = _case(tmp_path / "ddp", "raise", "--isolate=always")
+    ddp = _case(tmp_path / "ddp", "raise", "--isolate=always", env={"DDP": "1"})
     assert (
         "no TORCH_DISTRIBUTED_DEBUG=DETAIL: the job built a DDP model"
         in (_isolation(ddp)["notes"][0])
@@ -205,10 +205,8 @@ def test_auto_does_not_rerun_a_python_error_and_says_why_in_one_line(tmp_path: P
     assert _isolation(run)["ending"] == "python_error"
 
 
-def test_never_skips_and_success_writes_no_isolation(tmp_path: Path) -> None:
-    run = _case(tmp_path, "raise", "--isolate=never")
-    assert "isolation: no Gloo rerun: --isolate never" in run.stderr
-    assert not (run.run_dir / "isolate_gloo").exists()
+def test_success_writes_no_isolation(tmp_path: Path) -> None:
+    # (--isolate never says why it does not rerun: test_one_rank_rerun_tells_a_distributed_fault)
     ok = launch(tmp_path, "--nproc-per-node=2", CASES, env={"CASE": "plain", **AUTO})
     assert ok.returncode == 0 and "isolation" not in ok.stderr
     assert json.loads((ok.attempt() / "report.json").read_text())["isolation"] is None
@@ -216,6 +214,9 @@ def test_never_skips_and_success_writes_no_isolation(tmp_path: Path) -> None:
 
 def test_one_rank_rerun_tells_a_distributed_fault(tmp_path: Path) -> None:
     run = _case(tmp_path, "distributed", "--isolate=never", "--isolate-single")
+    # --isolate never: no Gloo rerun, and it says why (the one-rank rerun is another flag)
+    assert "isolation: no Gloo rerun: --isolate never" in run.stderr
+    assert not (run.run_dir / "isolate_gloo").exists()
     assert "ISOLATION with one rank" in run.stderr and ": distributed fault" in run.stderr
     [rerun] = _isolation(run)["reruns"]
     assert rerun["name"] == "isolate_single" and rerun["status"] == "succeeded"
