@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LONG, console_lines, launch, line_of, worker
+from conftest import LONG, Run, console_lines, launch, line_of, once_per_run, worker
 
 from safelaunch import exitcodes
 
@@ -52,9 +52,13 @@ def _assert_hang(tmp_path: Path, run, dumped: tuple[int, ...] = (0, 1, 2)) -> st
 def loaded_sleep_hang(tmp_path_factory: pytest.TempPathFactory):
     """Rank 1 asleep in data loading, two CPU hogs beside the job: one real hang for the
     test of the names and for the test of the loaded machine."""
-    where = tmp_path_factory.mktemp("sleep_hang")
-    with _hogs(once=where / "pids" / "hang_start"):
-        return where, _hang(where, "sleep")
+
+    def make() -> tuple[Path, Run]:
+        where = tmp_path_factory.mktemp("sleep_hang")
+        with _hogs(once=where / "pids" / "hang_start"):
+            return where, _hang(where, "sleep")
+
+    return once_per_run("loaded_sleep_hang", tmp_path_factory, make)
 
 
 def test_rank_sleeping_in_data_loading_is_named(loaded_sleep_hang) -> None:
