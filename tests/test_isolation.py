@@ -61,6 +61,7 @@ def test_nccl_missing_then_gloo_trains_is_the_communication_layer(tmp_path: Path
     report = json.loads((run.attempt() / "report.json").read_text())
     call = line_of(CASES, 'init_process_group("nccl"')
     assert report["diagnosis"]["location"] == f"{CASES}:{call} in main"
+    assert report["diagnosis"]["isolation_helps"] is True
 
 
 def test_a_rank_raising_fails_on_gloo_too_so_it_is_the_program(tmp_path: Path) -> None:
@@ -182,6 +183,13 @@ def test_auto_skips_deterministic_program_faults_and_says_why(tmp_path: Path) ->
     isolation = _isolation(run)
     assert isolation["gloo_rerun"] is False and isolation["reruns"] == []
     assert (isolation["ending"], isolation["backend"]) == ("program_fault", "none")
+    # the diagnosis (test_diagnosis_e2e's sampler case, opt-in, runs the same job without this)
+    assert "class: data/sampling (sampler-and-shuffle)" in run.stderr
+    assert "next:  drop shuffle=True" in run.stderr
+    report = json.loads((run.attempt() / "report.json").read_text())
+    assert report["diagnosis"]["root_cause_rank"] == 1
+    line = line_of(worker("bad_sampler.py"), "shuffle=True)")
+    assert report["diagnosis"]["location"] == f"{worker('bad_sampler.py')}:{line} in <module>"
     # lint saw it before launch (banner), and the failure summary points back at it
     finding = f"{worker('bad_sampler.py')}:11: error sampler-with-shuffle"
     assert f"safelaunch: warning: lint: {finding}" in run.stderr
