@@ -227,7 +227,9 @@ def test_one_rank_rerun_tells_a_distributed_fault(tmp_path: Path) -> None:
     assert not (run.run_dir / "isolate_gloo").exists()
     assert "ISOLATION with one rank" in run.stderr and ": distributed fault" in run.stderr
     [rerun] = _isolation(run)["reruns"]
-    assert rerun["name"] == "isolate_single" and rerun["status"] == "succeeded"
+    # It runs to its end, or is stopped once clearly past where the job failed ("passed"):
+    # which comes first is the machine's load (seen at load ~15); the verdict is one.
+    assert rerun["name"] == "isolate_single" and rerun["status"] in ("succeeded", "passed")
     assert (run.run_dir / "isolate_single" / "rank0.log").exists()
     assert not (run.run_dir / "isolate_single" / "rank1.log").exists()
 
