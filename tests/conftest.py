@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import leaks
 import pytest
@@ -330,6 +333,32 @@ class LiveJob:
         return (self.where / "logs" / "latest").resolve()
 
 
+T = TypeVar("T")
+
+
+def once_per_run(name: str, tmp_path_factory: pytest.TempPathFactory, make: Callable[[], T]) -> T:
+    """make() once per pytest run, for a fixture that starts a real job for several tests.
+
+    A module or session fixture runs once per pytest-xdist worker, and the tests that use it
+    may be spread over both (--dist load; loadgroup ignores its marks under pytest 9). The
+    first worker to get here runs the job and leaves its (picklable) result in the run's
+    shared temporary directory; another waits for it: waiting costs no CPU, running the job
+    again would (a hung job: ~6-8 CPU-s). A make() that raises leaves nothing: the next
+    worker tries for itself.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make()
+    shared = tmp_path_factory.getbasetemp().parent  # the run's, above each worker's own
+    result = shared / f"{name}.pickle"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if result.exists():
+            return pickle.loads(result.read_bytes())  # type: ignore[no-any-return]
+        value = make()
+        result.write_bytes(pickle.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
 def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
     """Two Gloo ranks; rank 1 stays in load_next_batch at step 3, printing (no hang) while
@@ -338,6 +367,10 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
     Shared by the status tests (watching it live) and the browser test (its report.html):
     one real job instead of two.
     """
+    return once_per_run("hung_job", tmp_path_factory, lambda: _hung_job(tmp_path_factory))
+
+
+def _hung_job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
     import json
 
     from safelaunch import status as status_module

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import builders
 import pytest
-from conftest import launch, line_of, worker
+from conftest import LONG, launch, line_of, worker
 from test_teardown import _start_and_wait_ready
 
 pytestmark = pytest.mark.slow
@@ -18,6 +18,8 @@ def _report(run) -> dict:
     return builders.read_report(run.attempt())
 
 
+# the same job and checks in CI: test_isolation's test_auto_skips_deterministic_program_faults...
+@LONG
 def test_sampler_and_shuffle_is_data_sampling(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", worker("bad_sampler.py"), timeout=120)
     assert run.returncode == 1
@@ -29,6 +31,8 @@ def test_sampler_and_shuffle_is_data_sampling(tmp_path: Path) -> None:
     assert report["diagnosis"]["location"] == f"{worker('bad_sampler.py')}:{line} in <module>"
 
 
+# the class and isolation_helps in CI: test_isolation's test_nccl_missing_then_gloo_trains_...
+@LONG
 def test_nccl_on_a_cpu_build_is_environment(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", worker("nccl_on_cpu.py"), timeout=120)
     assert run.returncode == 1

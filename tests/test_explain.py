@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import launch, line_of, marked_env, safelaunch_cmd, worker
+from conftest import launch, line_of, marked_env, once_per_run, safelaunch_cmd, worker
 
 SAMPLER = worker("bad_sampler.py")
 VERDICT = "class: data/sampling (sampler-and-shuffle)"
@@ -24,6 +24,12 @@ def torchrun_logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     torchrun = Path(safelaunch_cmd()[0]).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed")
+    return once_per_run(
+        "torchrun_logs", tmp_path_factory, lambda: _torchrun_logs(torchrun, tmp_path_factory)
+    )
+
+
+def _torchrun_logs(torchrun: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("torchrun")
     env, _ = marked_env(work)
     console = subprocess.run(

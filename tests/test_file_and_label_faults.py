@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import launch, safelaunch_cmd, without_paths, worker
+from conftest import Run, launch, safelaunch_cmd, without_paths, worker
 
 from safelaunch.diagnose.errortext import parse_traceback
 from safelaunch.diagnose.match import cause, matches
@@ -256,6 +256,8 @@ def test_a_real_launch_names_the_rank_class_error_and_line(tmp_path: Path, case:
     own = [line for line in run.stderr.splitlines() if line.startswith("safelaunch:")]
     assert not any(re.search(r"(?i)\b(?:hang|hung)\b", line) for line in own), tail
     assert "safelaunch/" not in without_paths(run.stderr, tmp_path), tail  # no own traceback
+    if case == "corrupt_ckpt":  # one run is enough for this, and a launch costs seconds
+        _explain_and_report_json_agree_with_the_live_summary(run)
 
 
 @pytest.mark.slow
@@ -275,9 +277,7 @@ def test_the_others(tmp_path: Path, case: str, code: int, said: tuple[str, ...])
         assert text in run.stderr, run.stderr[-3000:]
 
 
-@pytest.mark.slow
-def test_explain_and_report_json_agree_with_the_live_summary(tmp_path: Path) -> None:
-    run = _launch(tmp_path, "corrupt_ckpt")
+def _explain_and_report_json_agree_with_the_live_summary(run: Run) -> None:
     live = re.search(r"^safelaunch:   class: (.+)$", run.stderr, re.M)
     assert live, run.stderr[-3000:]
     result = subprocess.run(

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import console_lines, launch, line_of, worker
+from conftest import LONG, Run, console_lines, launch, line_of, once_per_run, worker
 
 from safelaunch import exitcodes
 
@@ -46,8 +48,22 @@ def _assert_hang(tmp_path: Path, run, dumped: tuple[int, ...] = (0, 1, 2)) -> st
     return run.stderr
 
 
-def test_rank_sleeping_in_data_loading_is_named(tmp_path: Path) -> None:
-    text = _assert_hang(tmp_path, _hang(tmp_path, "sleep"))
+@pytest.fixture(scope="module")
+def loaded_sleep_hang(tmp_path_factory: pytest.TempPathFactory):
+    """Rank 1 asleep in data loading, two CPU hogs beside the job: one real hang for the
+    test of the names and for the test of the loaded machine."""
+
+    def make() -> tuple[Path, Run]:
+        where = tmp_path_factory.mktemp("sleep_hang")
+        with _hogs(once=where / "pids" / "hang_start"):
+            return where, _hang(where, "sleep")
+
+    return once_per_run("loaded_sleep_hang", tmp_path_factory, make)
+
+
+def test_rank_sleeping_in_data_loading_is_named(loaded_sleep_hang) -> None:
+    tmp_path, run = loaded_sleep_hang
+    text = _assert_hang(tmp_path, run)
     script = worker("hang_cases.py")
     sleep_line = line_of(script, "time.sleep(3600)")
     reduce_line = line_of(script, "dist.all_reduce(batch)")
@@ -99,6 +115,7 @@ def test_py_spy_adds_native_stacks_when_installed(tmp_path: Path) -> None:
     assert "load_next_batch (hang_cases.py:" in native and "libc" in native
 
 
+@LONG  # the same job beside two CPU hogs: test_silent_compute_on_a_loaded_machine_is_not_a_hang
 def test_silent_compute_is_not_a_hang(tmp_path: Path) -> None:
     run = launch(tmp_path, "--nproc-per-node=2", "--hang-timeout=1.5", worker("silent_compute.py"))
     assert run.returncode == 0, run.stderr
@@ -111,7 +128,7 @@ def test_long_but_progressing_startup_is_not_a_hang(tmp_path: Path) -> None:
         "--nproc-per-node=2",
         "--hang-timeout=2",
         worker("slow_start.py"),
-        env={"START_SECONDS": "6"},
+        env={"START_SECONDS": "4"},  # twice the deadline
         timeout=120,
     )
     assert run.returncode == 0, run.stderr
@@ -193,41 +210,56 @@ def test_exit_codes_and_uncaught_exceptions_are_unchanged(
     assert run.rank_log(0).decode().splitlines()[1:] == plain.stderr.splitlines()
 
 
-@pytest.fixture
-def cpu_hog():
-    """Two processes spinning beside the test (bounded: they end themselves within 120 s)."""
+# Spins for at most 120 s; with a path, only once it exists (the window the test is about:
+# the ranks' torch imports before it would only be slower, and the hogs' CPU the suite's).
+HOG = """
+import os, sys, time
+end = time.time() + 120
+while len(sys.argv) > 1 and not os.path.exists(sys.argv[1]) and time.time() < end:
+    time.sleep(0.05)
+while time.time() < end:
+    pass
+"""
+
+
+@contextlib.contextmanager
+def _hogs(once: Path | None = None) -> Iterator[None]:
+    """Two processes spinning beside the test, from the start or once `once` exists."""
     hogs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import time\nend = time.time() + 120\nwhile time.time() < end: pass",
-            ]
-        )
+        subprocess.Popen([sys.executable, "-c", HOG, *([str(once)] if once else [])])
         for _ in range(2)
     ]
-    yield
-    for hog in hogs:
-        hog.kill()
-        hog.wait()
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
-def test_rank_waiting_on_working_children_is_not_a_hang(tmp_path: Path, cpu_hog) -> None:
+@pytest.fixture
+def cpu_hog() -> Iterator[None]:
+    with _hogs():
+        yield
+
+
+def test_rank_waiting_on_working_children_is_not_a_hang(tmp_path: Path) -> None:
     """subprocess.run computing, then uploading, while the other rank waits; the machine loaded."""
-    run = launch(
-        tmp_path,
-        "--nproc-per-node=2",
-        "--hang-timeout=1.5",
-        worker("child_work.py"),
-        env={"CHILD_SECONDS": "2"},
-        timeout=120,
-    )
+    with _hogs(once=tmp_path / "pids" / "children_start"):
+        run = launch(
+            tmp_path,
+            "--nproc-per-node=2",
+            "--hang-timeout=1.5",
+            worker("child_work.py"),
+            env={"CHILD_SECONDS": "2"},
+            timeout=120,
+        )
     assert run.returncode == 0, run.stderr
     assert "HUNG" not in run.stderr and "hang:" not in run.stderr
 
 
-def test_hang_caught_on_a_loaded_machine(tmp_path: Path, cpu_hog) -> None:
-    text = _assert_hang(tmp_path, _hang(tmp_path, "sleep"))
+def test_hang_caught_on_a_loaded_machine(loaded_sleep_hang) -> None:
+    text = _assert_hang(*loaded_sleep_hang)  # the names: test_rank_sleeping_in_data_loading
     assert "likely culprit: rank 1" in text
 
 
@@ -238,6 +270,7 @@ def test_silent_compute_on_a_loaded_machine_is_not_a_hang(tmp_path: Path, cpu_ho
         "--nproc-per-node=2",
         "--hang-timeout=1.5",
         worker("silent_compute.py"),
-        env={"SECONDS_BUSY": "4"},
+        env={"SECONDS_BUSY": "3"},  # twice the deadline
     )
     assert run.returncode == 0, run.stderr
+    assert "HUNG" not in run.stderr and "hang:" not in run.stderr

@@ -61,6 +61,7 @@ def test_nccl_missing_then_gloo_trains_is_the_communication_layer(tmp_path: Path
     report = json.loads((run.attempt() / "report.json").read_text())
     call = line_of(CASES, 'init_process_group("nccl"')
     assert report["diagnosis"]["location"] == f"{CASES}:{call} in main"
+    assert report["diagnosis"]["isolation_helps"] is True
 
 
 def test_a_rank_raising_fails_on_gloo_too_so_it_is_the_program(tmp_path: Path) -> None:
@@ -151,7 +152,7 @@ def test_torchs_collective_checks_only_where_safe(tmp_path: Path) -> None:
     rerun_log = (shape.run_dir / "isolate_gloo" / "rank0.log").read_text()
     assert "Detected mismatch between collectives on ranks" in rerun_log
     # a DDP job: never DETAIL (it segfaults DDP's constructor in torch 2.13)
-    ddp = _case(tmp_path / "ddp", "raise", "--isolate=always")
+    ddp = _case(tmp_path / "ddp", "raise", "--isolate=always", env={"DDP": "1"})
     assert (
         "no TORCH_DISTRIBUTED_DEBUG=DETAIL: the job built a DDP model"
         in (_isolation(ddp)["notes"][0])
@@ -182,6 +183,13 @@ def test_auto_skips_deterministic_program_faults_and_says_why(tmp_path: Path) ->
     isolation = _isolation(run)
     assert isolation["gloo_rerun"] is False and isolation["reruns"] == []
     assert (isolation["ending"], isolation["backend"]) == ("program_fault", "none")
+    # the diagnosis (test_diagnosis_e2e's sampler case, opt-in, runs the same job without this)
+    assert "class: data/sampling (sampler-and-shuffle)" in run.stderr
+    assert "next:  drop shuffle=True" in run.stderr
+    report = json.loads((run.attempt() / "report.json").read_text())
+    assert report["diagnosis"]["root_cause_rank"] == 1
+    line = line_of(worker("bad_sampler.py"), "shuffle=True)")
+    assert report["diagnosis"]["location"] == f"{worker('bad_sampler.py')}:{line} in <module>"
     # lint saw it before launch (banner), and the failure summary points back at it
     finding = f"{worker('bad_sampler.py')}:11: error sampler-with-shuffle"
     assert f"safelaunch: warning: lint: {finding}" in run.stderr
@@ -205,10 +213,8 @@ def test_auto_does_not_rerun_a_python_error_and_says_why_in_one_line(tmp_path: P
     assert _isolation(run)["ending"] == "python_error"
 
 
-def test_never_skips_and_success_writes_no_isolation(tmp_path: Path) -> None:
-    run = _case(tmp_path, "raise", "--isolate=never")
-    assert "isolation: no Gloo rerun: --isolate never" in run.stderr
-    assert not (run.run_dir / "isolate_gloo").exists()
+def test_success_writes_no_isolation(tmp_path: Path) -> None:
+    # (--isolate never says why it does not rerun: test_one_rank_rerun_tells_a_distributed_fault)
     ok = launch(tmp_path, "--nproc-per-node=2", CASES, env={"CASE": "plain", **AUTO})
     assert ok.returncode == 0 and "isolation" not in ok.stderr
     assert json.loads((ok.attempt() / "report.json").read_text())["isolation"] is None
@@ -216,9 +222,14 @@ def test_never_skips_and_success_writes_no_isolation(tmp_path: Path) -> None:
 
 def test_one_rank_rerun_tells_a_distributed_fault(tmp_path: Path) -> None:
     run = _case(tmp_path, "distributed", "--isolate=never", "--isolate-single")
+    # --isolate never: no Gloo rerun, and it says why (the one-rank rerun is another flag)
+    assert "isolation: no Gloo rerun: --isolate never" in run.stderr
+    assert not (run.run_dir / "isolate_gloo").exists()
     assert "ISOLATION with one rank" in run.stderr and ": distributed fault" in run.stderr
     [rerun] = _isolation(run)["reruns"]
-    assert rerun["name"] == "isolate_single" and rerun["status"] == "succeeded"
+    # It runs to its end, or is stopped once clearly past where the job failed ("passed"):
+    # which comes first is the machine's load (seen at load ~15); the verdict is one.
+    assert rerun["name"] == "isolate_single" and rerun["status"] in ("succeeded", "passed")
     assert (run.run_dir / "isolate_single" / "rank0.log").exists()
     assert not (run.run_dir / "isolate_single" / "rank1.log").exists()
 

@@ -2,7 +2,7 @@
 
 The children stay quiet (no output) but work: one computes for CHILD_SECONDS, the
 next writes 256 KiB every 0.2 s for CHILD_SECONDS (a slow upload: I/O, almost no CPU).
-Healthy: no rank may be called hung.
+Healthy: no rank may be called hung. $PIDS_DIR/children_start appears as the children start.
 """
 
 import os
@@ -31,6 +31,7 @@ with open(os.path.join(os.environ["PIDS_DIR"], "upload.bin"), "wb", buffering=0)
 
 dist.init_process_group("gloo", timeout=timedelta(minutes=5))
 if dist.get_rank() == 0:
+    open(os.path.join(os.environ["PIDS_DIR"], "children_start"), "w").close()
     subprocess.run([sys.executable, "-c", COMPUTE], check=True)
     subprocess.run([sys.executable, "-c", TRICKLE], check=True)
 dist.barrier()

@@ -1,4 +1,4 @@
-"""A tiny DDP job for multi-node tests; prints what torchrun's rank assignment gave it.
+"""A tiny Gloo job for multi-node tests; prints what torchrun's rank assignment gave it.
 
 FAIL_RANK: that rank raises in the first attempt. HANG_RANK: that rank sleeps at step 2.
 FOREVER: keep training (a node is killed meanwhile). LATE_RANK: that rank works LATE_SECONDS
@@ -16,12 +16,14 @@ import torch.distributed as dist
 
 env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE")}
 dist.init_process_group("gloo")
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+model = torch.nn.Linear(4, 2)  # not DDP: its constructor imports torch._dynamo, ~1.25 CPU-s
 step = 0
 while step < 3 or os.environ.get("FOREVER"):
     if os.environ.get("HANG_RANK") == env["RANK"] and step == 2:
         time.sleep(3600)  # load_next_batch never returns
     model(torch.ones(8, 4)).sum().backward()
+    for parameter in model.parameters():
+        dist.all_reduce(parameter.grad)
     if step == 0:
         open(os.path.join(os.environ["PIDS_DIR"], f"ready-{env['RANK']}"), "w").close()
     if os.environ.get("FOREVER"):
