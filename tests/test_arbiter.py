@@ -10,7 +10,12 @@ from builders import read_report
 from conftest import launch, line_of, worker
 
 from safelaunch.diagnose.arbiter import TIERS, Item, Source, Tier, decide, headline
-from safelaunch.diagnose.witnesses import error_text_items, flight_items, survivor_items
+from safelaunch.diagnose.witnesses import (
+    error_text_items,
+    flight_items,
+    peer_address_items,
+    survivor_items,
+)
 from safelaunch.flights.forensics import Divergence, DivergenceKind, Forensics
 from safelaunch.hangs.analysis import Whereabouts
 
@@ -299,3 +304,52 @@ def test_a_hang_s_rank_that_left_is_placed_by_its_exit_record(code: int) -> None
     assert item.klass == ("data/sampling" if code == 0 else None)
     assert f"os._exit({code})" in item.says
     assert exit_items(hang, {}) == [] and exit_items(None, {2: leave}) == []
+
+
+def _closed(port: int) -> str:
+    return f"RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:{port}. This is"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_closed_connection_names_where_its_chain_starts_or_nobody(
+    tmp_path: Path, seed: int
+) -> None:
+    """Ranks that lost a peer, each text naming the port of the rank it lost (drawn): the
+    rank named is the one at the chain's start, whose own text names no closed peer. A
+    chain that leaves the recorded ranks (the first to go ran on another node) names no
+    one, even where a rank here lost its connection too."""
+    import json
+
+    rng = random.Random(seed)
+    here = rng.sample(range(16), rng.randint(2, 5))
+    first = rng.choice([*here, None])  # None: the first to go ran elsewhere
+    port = {rank: 20000 + 7 * rank for rank in range(16)}  # not a byte-swapped palindrome
+    for rank in here:
+        record = {"requested": "gloo", "used": "gloo", "addresses": [["0.0.0.0", port[rank]]]}
+        (tmp_path / f"rank{rank}.comm.json").write_text(json.dumps(record))
+    elsewhere = next(r for r in range(16) if r not in here)
+    texts = {}
+    for rank in here:
+        if rank == first:
+            texts[rank] = "ValueError: it broke" if rng.random() < 0.5 else ""
+            continue
+        # each lost the first, or one that itself lost it (a chain), drawn
+        lost = rng.choice([r for r in here if r != rank and r != first] or [first])
+        lost = first if first is not None and rng.random() < 0.5 else lost
+        texts[rank] = _closed(port[lost if lost is not None else elsewhere])
+    items = peer_address_items(texts, tmp_path)
+    named = {r for item in items for r in item.ranks}
+    assert named <= ({first} if first is not None else set()), (here, first, texts)
+    if first is not None and all(_leads_to(r, first, texts, port) for r in texts if r != first):
+        assert named == {first}
+
+
+def _leads_to(rank: int, first: int, texts: dict[int, str], port: dict[int, int]) -> bool:
+    owner = {f"]:{p}.": r for r, p in port.items()}
+    seen = set()
+    while rank != first and rank not in seen:
+        seen.add(rank)
+        rank = next((r for key, r in owner.items() if key in texts.get(rank, "")), -1)
+        if rank not in texts:
+            return rank == first
+    return rank == first

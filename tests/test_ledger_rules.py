@@ -271,3 +271,28 @@ def test_a_rank_in_no_call_beside_one_waiting_is_no_tie(stuck: int) -> None:
     assert not any(i.ambiguous for i in items)
     behind = Item(source=Source.STACKS, tier=Tier.BEHIND, ranks=(stuck,), says="behind")
     assert decide([*items, behind]).culprits == (stuck,)
+
+
+@pytest.mark.parametrize("kind", ledger_sim.KINDS)
+def test_one_node_of_several_names_none_of_the_other_nodes_ranks(kind: str) -> None:
+    """The generated jobs split over nodes of 1-3 ranks (drawn), each node judging only
+    the ledgers it holds: a rank run elsewhere has none here, which says nothing of it (seen
+    at 4 nodes x 2: node 0 named ranks 2-7, "no ledger", the job verdict rank 6)."""
+    rng = random.Random(f"{SEED}-nodes-{kind}")
+    wrong = []
+    for case in cases(kind):
+        truth = set(case.cycle) if kind == "p2p cycle" else {case.culprit}
+        ranks = sorted(case.ledgers)
+        while ranks:
+            size = rng.randint(1, 3)
+            here, ranks = ranks[:size], ranks[size:]
+            held = {r: case.ledgers[r] for r in here}
+            named = set(decide(items_of_ledgers(held, here=here)).culprits)
+            named |= set(wait_for(held, here).culprits)
+            if named - set(here) or named - truth:
+                wrong.append(f"{_shown(case)}: node {here} named {sorted(named)}")
+            for text in compare_ledgers(held).findings:  # a group is never shown as the
+                group = text.split()[1]  # few of its members held here
+                if set(case.groups[group]) - set(here):
+                    assert "as held here" in text.partition(")")[0], text
+    assert wrong == []

@@ -313,7 +313,7 @@ def _weigh(
         *w.hang_items(hang, threads or {}),
         *w.exit_items(hang, leaves or {}),
         *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
-        *items_of_ledgers(ledgers, _elsewhere(survivors, first)),
+        *items_of_ledgers(ledgers, _elsewhere(survivors, first), [r.rank for r in outcome.ranks]),
         *w.peer_address_items(texts, outcome.attempt_dir),
     ]
     verdict = decide(items)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from safelaunch.diagnose import own_loop
 from safelaunch.diagnose.loop_moves import Program, by_moves, program_of
@@ -121,6 +121,10 @@ def compare_ledgers(ledgers: Mapping[int, CallLedger]) -> LedgerComparison:
         compared.add(ranks)
         shared = {g for g, members in groups.items() if set(ranks) <= set(members)}
         found = _first_divergence(name, present, ledgers, shared)
+        if found is not None and present != ranks:  # one node's ledgers of a larger group
+            head = _head(name, present, 0).rsplit(",", 1)[0]
+            seen = f"group {name} ({ranks_label(present)} of its {len(ranks)} ranks, as held here)"
+            found = replace(found, text=found.text.replace(head, seen, 1))
         if isinstance(found, GroupDivergence):
             decided.append(found)
         elif found is not None:

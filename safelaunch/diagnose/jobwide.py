@@ -224,9 +224,14 @@ def place_lines(nodes: Sequence[NodeEvidence]) -> list[str]:
         many = len(ranks) > 1
         count = f" ({len(ranks)})" if many else ""
         verb = ("wait in" if many else "waits in") if waiting else ("are in" if many else "is in")
-        number = f" #{seq}" if seq is not None else ""
         where = f" at {location}" if location else ""
-        lines.append(f"{ranks_label(sorted(ranks))}{count} {verb} {activity}{number}{where}")
+        if seq is None:
+            number = after = ""
+        elif waiting:  # the collective it waits in
+            number, after = f" #{seq}", ""
+        else:  # the last one it took part in
+            number, after = "", f", after collective #{seq}"
+        lines.append(f"{ranks_label(sorted(ranks))}{count} {verb} {activity}{number}{where}{after}")
     return lines
 
 

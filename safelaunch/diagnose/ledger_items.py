@@ -22,7 +22,9 @@ from safelaunch.vocab import COMMUNICATION
 
 
 def items_of_ledgers(
-    ledgers: Mapping[int, CallLedger], elsewhere: Collection[int] = ()
+    ledgers: Mapping[int, CallLedger],
+    elsewhere: Collection[int] = (),
+    here: Collection[int] | None = None,
 ) -> list[Item]:
     """The ledgers compared per group, and as a wait-for graph. Another op/size/dtype at a
     count, or one call more, by majority or against the rank's own loop, is content; a
@@ -31,7 +33,7 @@ def items_of_ledgers(
 
     The wait-for graph's cycles and the ranks others wait for: waitfor_items.py (a
     cycle through a collective is broken by the members this comparison finds odd, even
-    only by another line; `elsewhere`: its words).
+    only by another line; `elsewhere`: its words; `here`: this node's ranks, waitfor.py).
     """
     if not ledgers:
         return []
@@ -71,7 +73,7 @@ def items_of_ledgers(
         (d, tuple(sorted(m.rank for m in d.odd)), _pointed_one(ledgers, d))
         for d in comparison.divergences
     ]
-    items.extend(items_of_graph(wait_for(ledgers), ledgers, broke, elsewhere))
+    items.extend(items_of_graph(wait_for(ledgers, here), ledgers, broke, elsewhere))
     return items
 
 

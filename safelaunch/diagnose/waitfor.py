@@ -20,7 +20,7 @@ Pure: ledgers in, a frozen WaitFor out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from safelaunch.ranktext import ranks_label
@@ -54,9 +54,13 @@ class WaitFor:
     findings: tuple[str, ...]  # one line of words each: cycles, then sinks
 
 
-def wait_for(ledgers: Mapping[int, CallLedger]) -> WaitFor:
+def wait_for(ledgers: Mapping[int, CallLedger], here: Collection[int] | None = None) -> WaitFor:
     """The wait-for graph of the ranks whose ledgers are given (a rank absent from
-    `ledgers` but a member of a group counts as having issued nothing)."""
+    `ledgers` but a member of a group counts as having issued nothing).
+
+    `here`: the ranks whose ledgers this node would hold (None: every rank's). A rank run
+    on another node has none here, which says nothing of it: it is never a sink (one
+    node of a job must not name the others' ranks; the job verdict weighs their own)."""
     members = _members(ledgers.values())
     edges = [e for ledger in ledgers.values() for e in _edges(ledger, ledgers, members)]
     graph: dict[int, set[int]] = {}
@@ -65,9 +69,10 @@ def wait_for(ledgers: Mapping[int, CallLedger]) -> WaitFor:
     cycles = _cycles(graph)
     blocked = {rank for rank, ledger in ledgers.items() if any(c.blocked for c in ledger.calls)}
     waited_on = {e.waited_on for e in edges}
+    unseen = set() if here is None else waited_on - set(here) - set(ledgers)
     sinks = tuple(
         _sink(rank, _reaching(graph, rank), ledgers.get(rank))
-        for rank in sorted(waited_on - blocked)
+        for rank in sorted(waited_on - blocked - unseen)
     )
     direct = {e.waiter for e in edges if e.waited_on in {s.rank for s in sinks}}
     culprits = tuple(s.rank for s in sinks) if 0 < len(sinks) < len(direct) else ()

@@ -348,16 +348,28 @@ _PEER = re.compile(r"Connection closed by peer \[([^\]]+)\]:(\d+)")
 
 def peer_address_items(texts: Mapping[int, str], attempt_dir: Path) -> list[Item]:
     """Gloo's "Connection closed by peer [host]:port" mapped back to the rank that owned
-    the socket (comm_file.rank_of_address): where every such text names one rank, that
-    rank's process went first."""
+    the socket (comm_file.rank_of_address): where every such text leads to one rank, that
+    rank's process went first.
+
+    A named rank whose own text is such a closed connection went as a consequence too: its
+    text is followed in turn, and a chain that leaves the ranks recorded here (a peer on
+    another node) or loops names nobody. Seen at 4 nodes on one host: a node's rank 2 and
+    rank 3 both lost their peer on a node that was killed, and one port rank 3 also held
+    named it as the one that went first.
+    """
     from safelaunch.rundir.comm_file import rank_of_address
 
-    named: dict[int, set[int]] = {}
+    peers: dict[int, int | None] = {}  # rank -> the rank its text says closed first
     for rank, text in texts.items():
-        for m in _PEER.finditer(text):
-            peer = rank_of_address(attempt_dir, m[1], int(m[2]))
-            if peer is not None and peer != rank:
-                named.setdefault(peer, set()).add(rank)
+        found = [rank_of_address(attempt_dir, m[1], int(m[2])) for m in _PEER.finditer(text)]
+        if found:
+            mapped = {p for p in found if p is not None and p != rank}
+            peers[rank] = mapped.pop() if len(mapped) == 1 else None
+    named: dict[int, set[int]] = {}
+    for rank, peer in peers.items():
+        root = _first_closed(peer, peers)
+        if root is not None:
+            named.setdefault(root, set()).add(rank)
     if len(named) != 1:
         return []
     ((peer, seen_by),) = named.items()
@@ -370,3 +382,15 @@ def peer_address_items(texts: Mapping[int, str], attempt_dir: Path) -> list[Item
             "closed (its process went first)",
         )
     ]
+
+
+def _first_closed(peer: int | None, peers: Mapping[int, int | None]) -> int | None:
+    """Where a chain of closed connections starts: the first rank whose own text names no
+    closed peer; None where the chain leaves what was recorded, or loops."""
+    seen: set[int] = set()
+    while peer is not None and peer in peers:
+        if peer in seen:
+            return None
+        seen.add(peer)
+        peer = peers[peer]
+    return peer
