@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -361,9 +362,11 @@ def test_every_node_prints_the_same_job_verdict_naming_a_rank_stuck_on_one(
     )
     verdicts = set()
     for _, _, err in results:
-        (line,) = [text for text in err.splitlines() if "job (4 nodes): HUNG: culprit:" in text]
-        verdicts.add(line.split("job (4 nodes): ", 1)[1])
+        lines = [text for text in err.splitlines() if "job (4 nodes): HUNG: culprit:" in text]
+        assert len(lines) == 1, err
+        verdicts.add(lines[0].split("job (4 nodes): ", 1)[1])
         assert "look for a cause outside the job" not in err  # no node says so of its part
+        assert "culprit: ranks" not in err, err  # no node names ranks it does not run
     (verdict,) = verdicts  # the same words on every node
     node = culprit // 2
     assert f"culprit: rank {culprit} (node {node}, host " in verdict, verdict
@@ -372,3 +375,54 @@ def test_every_node_prints_the_same_job_verdict_naming_a_rank_stuck_on_one(
         job = _report(tmp_path, n)["job"]
         assert [c["rank"] for c in job["culprits"]] == [culprit]
         assert job["culprits"][0]["node"] == node and job["root_node"] == node
+
+
+@pytest.mark.parametrize("kind", ["failing", "lost"])
+def test_four_nodes_print_one_verdict_for_a_failing_rank_or_a_lost_node(
+    tmp_path: Path, kind: str
+) -> None:
+    """4 nodes x 2 ranks: one rank (drawn) raises, or one node's launcher (drawn) is
+    SIGKILLed; every node that is left prints the same job line, naming that rank or node."""
+    from safelaunch.launch import MULTINODE_NO_RERUN
+
+    rng = random.Random(f"four-{kind}-{os.getpid()}")
+    nodes, port = 4, _port()
+
+    def flags(node: int) -> list[str]:
+        # node 0 hosts the rendezvous store, so a lost node is never the store's
+        conf = f"--rdzv-conf={FAST},is_host={int(node == 0)}"
+        return ["--nnodes=4", *_c10d(port, conf)(node)[1:]]
+
+    if kind == "failing":
+        culprit = rng.randrange(nodes * 2)
+        results = _nodes(tmp_path, nodes, flags, env={"FAIL_RANK": str(culprit)})
+        errs = [err for _, _, err in results]
+        assert [code for code, _, _ in results] == [1] * nodes, errs[0]
+        expected = f"FAILED on node {culprit // 2}"
+    else:
+        victim = rng.randrange(1, nodes)
+        started = [_start(tmp_path, n, flags(n), {"FOREVER": "1"}) for n in range(nodes)]
+        _wait_ready(tmp_path, nodes * 2, [proc for proc, _ in started])
+        os.kill(started[victim][0].pid, signal.SIGKILL)
+        errs, codes = [], []
+        for n, (proc, mark) in enumerate(started):
+            _, err = proc.communicate(timeout=90)
+            assert_no_orphans(mark, within=5.0)
+            if n != victim:
+                errs.append(err)
+                codes.append(proc.returncode)
+        assert codes == [69] * (nodes - 1), errs[0]
+        expected = f"node {victim} ("
+        for err in errs:  # a node's own lines name no rank of a node that is left
+            assert "culprit: ranks" not in err, err
+            named = {int(r) for r in re.findall(r"culprit: rank (\d+)", err)}
+            assert named <= {2 * victim, 2 * victim + 1}, err
+    verdicts = set()
+    for err in errs:
+        lines = [text for text in err.splitlines() if "job (4 nodes): " in text]
+        assert len(lines) == 1, err
+        verdicts.add(lines[0].split("job (4 nodes): ", 1)[1])
+        if kind == "failing":  # said once, on every node, instead of a rerun
+            assert MULTINODE_NO_RERUN in err
+    (verdict,) = verdicts  # the same words on every node left
+    assert verdict.startswith(expected), verdict
