@@ -58,12 +58,17 @@ os._exit(0)
 TIMED = """
 import os, resource, time
 began = time.time()
+def cpu():
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+at_script = cpu()  # the interpreter and the launcher's bootstrap (safelaunch's rank side)
 import torch.distributed as dist
+imported = cpu()
 dist.init_process_group("gloo")
 dist.barrier()
-used = resource.getrusage(resource.RUSAGE_SELF)
+used = cpu()
 where = os.path.join(os.environ["STEP_DIR"], "step-" + os.environ["RANK"])
-open(where, "w").write(f"{began!r} {time.time()!r} {used.ru_utime + used.ru_stime!r}")
+open(where, "w").write(f"{began!r} {time.time()!r} {used!r} {at_script!r} {imported!r}")
 os._exit(0)
 """
 STEADY = """
@@ -244,22 +249,23 @@ def start(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str |
     print(f"\nlaunch to first step, noop ranks, {nproc} a node, per node ({load()})")
     print(
         f"{'nodes':>5} {'launcher':>10} {'tree CPU':>8} {'ranks CPU':>9} {'rest CPU':>8}"
-        f" {'ops':>4} {'rdzv->placed':>12} {'placed->rank':>12} {'step':>6}  load"
+        f" {'ops':>4} {'rdzv->placed':>12} {'placed->rank':>12} {'step':>6}"
+        f" {'ranks: boot':>11} {'import':>6} {'init':>6}  load"
     )
     for nodes in nodes_list:
         for ours in (True, False):
             rows = [
                 _start_turn(ours, nodes, nproc, script, tmp, conf, turn) for turn in range(repeat)
             ]
-            tree, ranks, ops, joined, placed, step = (
-                min((row[i] for row in rows), key=lambda x: (x != x, x)) for i in range(6)
+            tree, ranks, ops, joined, placed, boot, imports, init, step = (
+                min((row[i] for row in rows), key=lambda x: (x != x, x)) for i in range(9)
             )  # the least disturbed turn's figure; nan (not measured) last
             name = "safelaunch" if ours else "torchrun"
             one, five, _ = os.getloadavg()
             print(
                 f"{nodes:>5} {name:>10} {tree:>7.2f}s {ranks:>8.2f}s {tree - ranks:>7.2f}s"
                 f" {ops:>4.0f} {joined:>11.2f}s {placed:>11.2f}s {step:>5.1f}s"
-                f"  {one:.1f} {five:.1f}",
+                f" {boot:>10.2f}s {imports:>5.2f}s {init:>5.2f}s  {one:.1f} {five:.1f}",
                 flush=True,
             )
 
@@ -281,10 +287,12 @@ def _start_turn(
     started = launch(ours, nodes, nproc, script, steps, env, conf=conf)
     codes = wait_all(started, WAIT)
     assert codes == [0] * nodes, f"{ours} {codes}\n{last_words(started)}"
-    ranks: dict[int, tuple[float, float, float]] = {}
+    ranks: dict[int, tuple[float, ...]] = {}
     for path in steps.glob("step-*"):
-        began, stepped, used = (float(x) for x in path.read_text().split())
-        ranks[int(path.name.split("-")[1])] = (began, stepped, used)
+        began, stepped, used, at_script, imported = (float(x) for x in path.read_text().split())
+        # the rank's CPU in three parts: to its script, import torch, init + barrier
+        split = (at_script, imported - at_script, used - imported)
+        ranks[int(path.name.split("-")[1])] = (began, stepped, used, *split)
     rows = []
     for node in started:
         placed = node.first(": ranks ") if ours else node.first("Rendezvous complete for workers")
@@ -299,14 +307,17 @@ def _start_turn(
                 counts = json.loads(spawn.read_text())
                 joined = (placed or 0) - counts["joined"]
                 ops = sum(entry[0] for entry in counts["ops"].values())
-        rows.append((node.cpu, sum(r[2] for r in mine), ops, joined, first_rank - (placed or 0)))
-    medians = [statistics.median(row[i] for row in rows) for i in range(5)]
+        parts = [sum(r[i] for r in mine) for i in (3, 4, 5)]
+        rows.append(
+            (node.cpu, sum(r[2] for r in mine), ops, joined, first_rank - (placed or 0), *parts)
+        )
+    medians = [statistics.median(row[i] for row in rows) for i in range(8)]
     return [*medians, max(r[1] for r in ranks.values()) - begun]
 
 
 def _node_ranks(
-    node: Node, ranks: dict[int, tuple[float, float, float]], nproc: int
-) -> list[tuple[float, float, float]]:
+    node: Node, ranks: dict[int, tuple[float, ...]], nproc: int
+) -> list[tuple[float, ...]]:
     """This launcher's ranks, by the base rank it printed (safelaunch) or its group rank."""
     for _, line in node.lines:
         if ": ranks " in line:  # safelaunch: node k of N (host): ranks B-E of W

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import builders
 import pytest
 
@@ -202,3 +204,31 @@ def test_ranks_at_the_line_of_a_call_their_ledger_waits_in_are_waiting(seed: int
     assert culprits == (stuck,), why
     if world >= 3:  # each at a line of its own, the ledgers unread: nobody singled out
         assert _culprits(_group(evidence), [])[0] == ()
+
+
+def test_before_its_group_exists_a_rank_s_heartbeat_wakes_a_few_times_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing to sample before init_process_group, only beats to write: at 16 nodes x 2
+    on 2 cores ranks wait ~40 s there, and 20 wakes a second were 0.3 s of CPU a rank
+    (bench/scale.py --what start); then the sampling pace, once the group exists."""
+    import threading
+    import time
+
+    from safelaunch.rank import beat
+
+    group = {"exists": False}
+    monkeypatch.setattr(beat, "collective_sequence", lambda: 1 if group["exists"] else None)
+    wakes: list[bool] = []
+    beater = beat.Beater(str(tmp_path / "rank0.beat.json"), 1.0, threading.get_ident())
+    monkeypatch.setattr(beater, "sample", lambda: wakes.append(group["exists"]))
+    beater.start()
+    try:
+        time.sleep(1.0)
+        group["exists"] = True
+        time.sleep(1.0)
+    finally:
+        beater._stopped.set()
+    before, after = wakes.count(False), wakes.count(True)
+    assert before <= 1.0 / beat.WAITING_PERIOD * 1.5 + 1, wakes
+    assert after >= 0.5 / beat.SAMPLE_PERIOD, wakes  # a loaded machine wakes it late

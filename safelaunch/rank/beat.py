@@ -36,6 +36,10 @@ BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing
 # loader in an 8 s job gave ~40 samples a rank, and the noise named compute in about one
 # run of six. A sample costs ~23 us with a Gloo group (measured), 0.05% of a core here.
 SAMPLE_PERIOD = 0.05
+# Before the default group exists there is nothing to sample, only beats to write: waking
+# 20 times a second then cost a rank ~0.06 s of CPU per 10 s, and at 16 nodes x 2 on 2
+# cores, where ranks wait ~40 s for the rendezvous, ~0.2 s a rank (bench/scale.py start).
+WAITING_PERIOD = 0.25
 
 _active: Beater | None = None
 # Set when the rank destroys its default group: (collectives issued, where, innermost first).
@@ -68,7 +72,10 @@ class Beater:
 
     def run(self) -> None:
         next_beat = time.monotonic() + self._interval
-        while not self._stopped.wait(_jittered(SAMPLE_PERIOD)):
+        period = min(WAITING_PERIOD, self._interval)
+        while not self._stopped.wait(_jittered(period)):
+            if period != SAMPLE_PERIOD and collective_sequence() is not None:
+                period = SAMPLE_PERIOD  # the group exists: the phases are the job's now
             # never let the heartbeat take the rank down, nor a failed sample stop the records
             with suppress(Exception):
                 self.sample()
