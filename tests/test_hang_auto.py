@@ -36,8 +36,10 @@ def test_a_fast_job_that_hangs_is_caught_in_seconds_by_default(tmp_path: Path) -
 
 
 def test_a_long_quiet_phase_shown_before_is_not_a_hang(tmp_path: Path) -> None:
-    # every rank sleeps 9 s (past the 7 s floor) at step 2, in warm-up, and again at 22
-    env = {"STEP_S": "0.3", "STEPS": "26", "PAUSE_S": "9", "PAUSE_FROM": "2", "PAUSE_EVERY": "20"}
+    # every rank sleeps 9 s (past the 7 s floor) at step 2, in warm-up, and again at 22;
+    # 14 steps after it: the warm-up needs 8 steps and 10 gaps seen, ~1 a beat (1 s), and
+    # with 26 steps CI once saw 9 in the whole run (the report kept the warm-up's 300 s)
+    env = {"STEP_S": "0.3", "STEPS": "36", "PAUSE_S": "9", "PAUSE_FROM": "2", "PAUSE_EVERY": "20"}
     run = launch(tmp_path, "--nproc-per-node=2", worker("rhythm_job.py"), env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     report = json.loads((run.attempt() / "report.json").read_text())
