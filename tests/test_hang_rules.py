@@ -232,3 +232,25 @@ def test_before_its_group_exists_a_rank_s_heartbeat_wakes_a_few_times_a_second(
     before, after = wakes.count(False), wakes.count(True)
     assert before <= 1.0 / beat.WAITING_PERIOD * 1.5 + 1, wakes
     assert after >= 0.5 / beat.SAMPLE_PERIOD, wakes  # a loaded machine wakes it late
+
+
+def test_before_its_group_exists_a_rank_s_beats_stay_on_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waking less often must not make the beats late: at --hang-timeout 3 they are 0.3 s
+    apart, and the hang rule judges a rank by how old its record is."""
+    import itertools
+    import threading
+    import time
+
+    from safelaunch.rank import beat
+
+    monkeypatch.setattr(beat, "collective_sequence", lambda: None)
+    beats: list[float] = []
+    beater = beat.Beater(str(tmp_path / "rank0.beat.json"), 0.3, threading.get_ident())
+    monkeypatch.setattr(beater, "beat", lambda final=False: beats.append(time.monotonic()))
+    beater.start()
+    time.sleep(2.0)
+    beater._stopped.set()
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
+    assert len(beats) >= 5 and sorted(gaps)[len(gaps) // 2] < 0.36, gaps  # the median

@@ -72,10 +72,10 @@ class Beater:
 
     def run(self) -> None:
         next_beat = time.monotonic() + self._interval
-        period = min(WAITING_PERIOD, self._interval)
-        while not self._stopped.wait(_jittered(period)):
-            if period != SAMPLE_PERIOD and collective_sequence() is not None:
-                period = SAMPLE_PERIOD  # the group exists: the phases are the job's now
+        sampling = False
+        while not self._stopped.wait(self._pause(sampling, next_beat)):
+            if not sampling and collective_sequence() is not None:
+                sampling = True  # the group exists: the phases are the job's now
             # never let the heartbeat take the rank down, nor a failed sample stop the records
             with suppress(Exception):
                 self.sample()
@@ -87,6 +87,14 @@ class Beater:
             # more on a loaded machine): the launcher takes it off the rank's CPU time,
             # else an idle rank would look like it works.
             self.cost = time.thread_time()
+
+    @staticmethod
+    def _pause(sampling: bool, next_beat: float) -> float:
+        """Until the next phase sample; before the group exists, until the next beat (on
+        time, as when sampling) or WAITING_PERIOD, whichever comes first."""
+        if sampling:
+            return _jittered(SAMPLE_PERIOD)
+        return max(0.0, min(_jittered(WAITING_PERIOD), next_beat - time.monotonic()))
 
     def sample(self) -> None:
         """Count the main thread's phase (stragglers), once torch's collectives are set up:
