@@ -343,7 +343,9 @@ def survivor_items(
     ]
 
 
-_PEER = re.compile(r"Connection closed by peer \[([^\]]+)\]:(\d+)")
+# Gloo names the peer it lost as "Connection closed by peer [host]:port", or "Read error
+# [host]:port: Connection reset by peer" (seen at 4 nodes, a node killed), or a write error
+_PEER = re.compile(r"(?:Connection closed by peer|Read error|Write error) \[([^\]]+)\]:(\d+)")
 
 
 def peer_address_items(texts: Mapping[int, str], attempt_dir: Path) -> list[Item]:
