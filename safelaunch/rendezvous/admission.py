@@ -65,6 +65,15 @@ class AdmitWatch:
     def share(self, snapshot: str) -> Shared:
         return self._nodes.share(snapshot)
 
+    def stopped_elsewhere(self) -> NodeStop | None:
+        return self._nodes.stopped_elsewhere()
+
+    def evidence_taken(self) -> None:
+        self._nodes.evidence_taken()
+
+    def others_have_evidence(self, seconds: float) -> bool:
+        return self._nodes.others_have_evidence(seconds)
+
 
 def watch(membership: Membership, attempt: int, room: bool) -> AdmitWatch | NodeWatch:
     """What the supervisor polls: with room for more nodes (elastic), the waiting ones too."""

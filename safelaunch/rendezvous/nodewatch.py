@@ -70,6 +70,41 @@ class NodeWatch:
         except Exception:
             return Shared(snapshots={}, hangs={})
 
+    def stopped_elsewhere(self) -> NodeStop | None:
+        """Another node's stop announcement for this attempt, looked at now."""
+        try:
+            stop = self._membership.stop_requested(self._attempt)
+        except Exception:
+            return None  # the next poll says what became of the store
+        mine = stop is not None and stop.node == self._membership.placement.node
+        return None if mine else stop
+
+    def evidence_taken(self) -> None:
+        """This node has its ranks' stacks of a hang: the others may stop theirs."""
+        place = self._membership.placement
+        with contextlib.suppress(Exception):  # the others' wait is bounded
+            self._membership.store.set(self._evidence_key(place.node), "1")
+
+    def others_have_evidence(self, seconds: float) -> bool:
+        """Until every other node has its ranks' stacks of a hang, at most `seconds`.
+
+        A node that stops its ranks closes their connections to every other node's: a
+        rank there then raises and leaves before its own node has looked (seen at 4 nodes
+        under load: a node told of the hang found one of its ranks in interpreter
+        teardown and named it). The store wakes the waiter (no polling).
+        """
+        place = self._membership.placement
+        keys = [self._evidence_key(n) for n in range(place.nodes) if n != place.node]
+        if not keys:
+            return True
+        try:
+            return self._membership.store.wait(keys, seconds)
+        except Exception:
+            return False
+
+    def _evidence_key(self, node: int) -> str:
+        return f"attempt/{self._attempt}/evidence/{node}"
+
     def announce(self, stop: NodeStop) -> None:
         """This node stops the attempt: tell the others (once)."""
         if self.announced:

@@ -29,6 +29,15 @@ class PeerWatch(Protocol):
     def share(self, snapshot: str) -> Shared:
         """This node's live snapshot out; node 0: every other node's latest one in."""
 
+    def stopped_elsewhere(self) -> NodeStop | None:
+        """Another node's announcement for this attempt, looked at now (not throttled)."""
+
+    def evidence_taken(self) -> None:
+        """This node has taken its ranks' evidence of a hang: say so to the others."""
+
+    def others_have_evidence(self, seconds: float) -> bool:
+        """Wait, at most `seconds`, for every other node's evidence_taken."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankExit:

@@ -20,7 +20,7 @@ from safelaunch.hangs.stack_evidence import take_evidence
 from safelaunch.hangs.survivors import take_survivors
 from safelaunch.plan import LaunchPlan
 from safelaunch.rendezvous import stops
-from safelaunch.rendezvous.stops import NodeStop
+from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.rundir.writing import Writer
 from safelaunch.supervisor import teardown
 from safelaunch.supervisor.attempt_record import AttemptRecord, PeerWatch
@@ -51,6 +51,9 @@ from safelaunch.supervisor.watchers import (
 from safelaunch.supervisor.workers import Workers
 
 ACTIVITY_EVERY = 0.5  # seconds between looks at the ranks' process trees in /proc
+# A multi-node hang: how long a node waits for the others' stacks before it stops its ranks
+# (they poll for the announcement every 0.5 s, then dump); a lost node never answers.
+EVIDENCE_WAIT = 5.0
 
 
 def supervise(
@@ -163,10 +166,17 @@ class _Attempt:
             reap_strays(keep=set(self._workers.pids()) | self._keeper)
             self._act_on_signals()
             if self._td.running and (first := self._workers.first_failure()) is not None:
-                self._tell_peers(stops.rank_failed(*self._where, first.rank, first.returncode))
-                # where the survivors were and what they waited for, before SIGTERM ends them
-                self._take_survivors(f"rank {first.rank} failed", first.rank)
-                self._begin_teardown(TeardownCause.RANK_FAILED, signal.SIGTERM)
+                if (elsewhere := self._stopped_elsewhere()) is not None:
+                    self._stop(elsewhere)
+                    # its end counts as of that cause, as a rank's that ends while the
+                    # survivors' stacks are taken (_stop); the job verdict weighs both nodes
+                    began = self._t0 + first.ended_after - 1e-3
+                    self._td = replace(self._td, began_at=min(began, self._td.began_at or began))
+                else:
+                    self._tell_peers(stops.rank_failed(*self._where, first.rank, first.returncode))
+                    # where the survivors were and what they waited for, before SIGTERM ends them
+                    self._take_survivors(f"rank {first.rank} failed", first.rank)
+                    self._begin_teardown(TeardownCause.RANK_FAILED, signal.SIGTERM)
             now = self._clock.monotonic()
             self._td, kill = teardown.tick(self._td, now)
             if kill:
@@ -352,11 +362,28 @@ class _Attempt:
             else f"hang: no rank made progress for {deadline.shown()}; "
             "collecting every rank's stack, then stopping the job"
         )
+        if because is None:  # first: the other nodes take their ranks' stacks meanwhile
+            self._tell_peers(stops.hang(*self._where, deadline.seconds))
         live = [self._workers.started[p.rank] for p in progress]
         self._hang = take_evidence(live, progress, wall, self._plan, unseen, deadline)
-        if because is None:
-            self._tell_peers(stops.hang(*self._where, deadline.seconds))
+        if self._peers is not None:  # no node stops its ranks before the others have looked
+            self._peers.evidence_taken()
+            self._peers.others_have_evidence(EVIDENCE_WAIT)
         self._begin_teardown(TeardownCause.HANG, signal.SIGTERM)
+
+    def _stopped_elsewhere(self) -> StopReason | None:
+        """A rank here failed: had another node already stopped the attempt (not for a
+        hang, whose evidence this node still takes)? Then this rank most likely failed of
+        it, its peers there stopped first (seen: node 1 SIGTERMed, node 0's rank 0 read
+        "Connection reset by peer" before node 0 had looked at the announcement)."""
+        event = self._peers.stopped_elsewhere() if self._peers is not None else None
+        if event is None or event.kind is StopKind.HANG:
+            return None
+        return StopReason(
+            cause=TeardownCause.PEER,
+            peer_event=event,
+            say=f"stopping this node's ranks: {event.shown}",
+        )
 
     def _tell_peers(self, stop: NodeStop) -> None:
         if self._peers is not None:
