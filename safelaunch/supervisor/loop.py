@@ -373,11 +373,12 @@ class _Attempt:
 
     def _stopped_elsewhere(self) -> StopReason | None:
         """A rank here failed: had another node already stopped the attempt (not for a
-        hang, whose evidence this node still takes)? Then this rank most likely failed of
-        it, its peers there stopped first (seen: node 1 SIGTERMed, node 0's rank 0 read
-        "Connection reset by peer" before node 0 had looked at the announcement)."""
+        hang, whose evidence this node still takes, nor to admit nodes, which would hide
+        a failure)? Then this rank most likely failed of it, its peers there stopped first
+        (seen: node 1 SIGTERMed, node 0's rank 0 read "Connection reset by peer" before
+        node 0 had looked at the announcement)."""
         event = self._peers.stopped_elsewhere() if self._peers is not None else None
-        if event is None or event.kind is StopKind.HANG:
+        if event is None or event.kind in (StopKind.HANG, StopKind.NODES_JOINING):
             return None
         return StopReason(
             cause=TeardownCause.PEER,
