@@ -299,6 +299,7 @@ def _weigh(
         written = calls_file.read_all(outcome.attempt_dir)
     ledgers = with_unseen(written, flights)
     first = w.first_failure(found) if found is not None else None
+    here = [r.rank for r in outcome.ranks]  # this node's: another node's hold no ledger here
     # the failed ranks that stopped inside a call (a timeout, a mismatch): they waited in it
     failed_inside = [
         r.rank
@@ -312,8 +313,8 @@ def _weigh(
         *w.flight_items(collectives, _waiting(places, ledgers), ledgers),
         *w.hang_items(hang, threads or {}),
         *w.exit_items(hang, leaves or {}),
-        *w.error_text_items(texts, [r.rank for r in outcome.ranks], last_groups(ledgers)),
-        *items_of_ledgers(ledgers, _elsewhere(survivors, first), [r.rank for r in outcome.ranks]),
+        *w.error_text_items(texts, here, last_groups(ledgers)),
+        *items_of_ledgers(ledgers, _elsewhere(survivors, first), here),
         *w.peer_address_items(texts, outcome.attempt_dir),
     ]
     verdict = decide(items)

@@ -76,9 +76,10 @@ class Beater:
         while not self._stopped.wait(self._pause(sampling, next_beat)):
             if not sampling and collective_sequence() is not None:
                 sampling = True  # the group exists: the phases are the job's now
-            # never let the heartbeat take the rank down, nor a failed sample stop the records
-            with suppress(Exception):
-                self.sample()
+            if sampling:  # before, sample() would find no group either
+                # never let the heartbeat take the rank down, nor a failed sample stop the records
+                with suppress(Exception):
+                    self.sample()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + self._interval
                 with suppress(Exception):

@@ -46,6 +46,7 @@ from safelaunch.supervisor.watchers import (
     Throttle,
     TimeboxWatch,
     Watcher,
+    peer_stop,
     poll_all,
 )
 from safelaunch.supervisor.workers import Workers
@@ -380,11 +381,7 @@ class _Attempt:
         event = self._peers.stopped_elsewhere() if self._peers is not None else None
         if event is None or event.kind in (StopKind.HANG, StopKind.NODES_JOINING):
             return None
-        return StopReason(
-            cause=TeardownCause.PEER,
-            peer_event=event,
-            say=f"stopping this node's ranks: {event.shown}",
-        )
+        return peer_stop(event)
 
     def _tell_peers(self, stop: NodeStop) -> None:
         if self._peers is not None:

@@ -273,11 +273,14 @@ class PeerWatcher:
                 progress=tuple(progress),
                 detected_at=self._clock.wall(),
             )
-        return StopReason(
-            cause=TeardownCause.PEER,
-            peer_event=event,
-            say=f"stopping this node's ranks: {event.shown}",
-        )
+        return peer_stop(event)
+
+
+def peer_stop(event: NodeStop) -> StopReason:
+    """Stop this node's ranks because another node stopped the attempt (or vanished)."""
+    return StopReason(
+        cause=TeardownCause.PEER, peer_event=event, say=f"stopping this node's ranks: {event.shown}"
+    )
 
 
 class TimeboxWatch:
