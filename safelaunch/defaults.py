@@ -40,3 +40,8 @@ METRICS_ADDR = "127.0.0.1"  # loopback: a shared machine's other users cannot sc
 JOIN_TIMEOUT_S = 600
 KEEP_ALIVE_INTERVAL_S = 5
 KEEP_ALIVE_MAX_ATTEMPT = 3
+# A node is taken for lost when its launcher's beats stood still for keep_alive_interval x
+# keep_alive_max_attempt (torch's rule), and never sooner than this: the others then stop
+# their ranks, which torchrun never does for a late keep-alive. 16 launchers and 32 ranks
+# on 2 cores starved one launcher past the 3 s of a 1 s x 3 keep-alive (bench/scale.py).
+LOST_AFTER_FLOOR_S = 10.0

@@ -21,7 +21,8 @@ from conftest import LONG, assert_no_orphans, start, worker
 pytestmark = pytest.mark.slow
 JOB = worker("elastic.py")
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
-# a lost node known within 2 s; a round closes 1 s after its last join
+# a lost node known within ~10 s (defaults.LOST_AFTER_FLOOR_S); a round closes 1 s after its
+# last join
 FAST = "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60"
 # A node waiting to join must get its entry into torch's rendezvous state (a read, then a
 # compare-and-set) between the others' keep-alive writes, and torch drops a waiting node

@@ -369,6 +369,23 @@ def test_a_finished_node_waits_for_a_live_node_past_any_fixed_grace() -> None:
     membership._stop_beating.set()
 
 
+def test_a_node_that_node_0_published_as_lost_stops_its_own_ranks() -> None:
+    """Its launcher was starved past the bound, and the others stop their ranks: it stops
+    its own, saying why, rather than wait on peers that are gone (liveness.py)."""
+    from safelaunch.rendezvous.nodewatch import NodeWatch
+
+    store = _Store()
+    membership = _member(store, 1, lost_after=0.3, beat_every=0.05)
+    watch = NodeWatch(membership, attempt=0, every=0)
+    assert watch.poll() is None and not membership.given_up()
+    store.set("lost", "[1]")
+    stop = watch.poll()
+    assert stop is not None and stop.kind is stops.StopKind.NODES_LOST and stop.node is None
+    assert stop.text.startswith("node 0 (a) took this node for lost: its launcher's beats")
+    store.set("lost", "[]")
+    assert watch.poll() is None  # node 0 saw it beat again
+
+
 def test_a_node_that_stops_beating_is_not_waited_for() -> None:
     store = _Store()
     membership = _member(store, 1, lost_after=0.3, beat_every=0.05)

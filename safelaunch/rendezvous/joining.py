@@ -113,7 +113,7 @@ def _placed(
             hosts=(),
             nprocs=(),
         ),
-        lost_after=interval * attempts,
+        lost_after=max(interval * attempts, defaults.LOST_AFTER_FLOOR_S),
         beat_every=interval / 2,
     )
     timeout = float(config.rdzv_conf.get("join_timeout", defaults.JOIN_TIMEOUT_S))

@@ -17,6 +17,11 @@ nobody is called lost; torch's own keep-alive is only judged at a rendezvous, an
 torchrun's job ran on there. A node that truly stopped is found as soon as this node's
 beats have gone on for `lost_after`.
 
+A node that finds itself in the published list was given up by the others, wrongly if
+it reads the list at all (its launcher starved of CPU, or the network dropped its beats
+for longer than `lost_after`): their ranks stop, so it stops its own and says why
+(`given_up`), rather than wait on peers that are gone.
+
 The published list is read at the caller's pace (the supervisor's, every 0.5 s): what
 node 0 finds reaches the others within that, the counters being looked at no more
 often than they can move.
@@ -62,6 +67,9 @@ class Liveness:
         self._next_look = 0.0
         self._found: list[int] = []  # from this node's own look at the counters
         self._published: list[int] | None = None  # what the watcher last wrote (watcher only)
+        # This node is in the watcher's list: its beats stood still there (a launcher starved
+        # of CPU for longer than lost_after looks lost), and the others stop their ranks.
+        self.given_up = False
 
     def serves(self, store: Counters, node: int, nodes: int, lost_after: float) -> bool:
         """Still the view of this round (an elastic job's next round has its own)."""
@@ -85,7 +93,9 @@ class Liveness:
             return list(self._found)
         if WATCHER in self._found:
             return list(self._found)
-        return sorted(set(self._read_published()) - {self.node})
+        published = set(self._read_published())
+        self.given_up = self.node in published
+        return sorted(published - {self.node})
 
     def _look(self, nodes: range | list[int], now: float) -> list[int]:
         own = self.store.add(alive_key(self.node), 0)

@@ -98,6 +98,10 @@ class Membership:
         the counters and publishes the list, the others read it (liveness.py)."""
         return self._view().lost(now)
 
+    def given_up(self) -> bool:
+        """Node 0 published this node as lost at its last look (liveness.py): the others stop."""
+        return self._liveness is not None and self._liveness.given_up
+
     def _view(self) -> Liveness:
         """This round's liveness view (a next round, elastic, has its own store and nodes)."""
         place, view = self.placement, self._liveness

@@ -47,6 +47,15 @@ class NodeWatch:
                 attempt=self._attempt,
                 text=f"lost contact with the rendezvous store ({type(exc).__name__}: {exc})",
             )
+        if membership.given_up():
+            return NodeStop(
+                kind=StopKind.NODES_LOST,
+                node=None,
+                attempt=self._attempt,
+                text=f"{membership.describe(0)} took this node for lost: its launcher's beats "
+                f"did not reach the store for more than {membership.lost_after:g} s (a machine "
+                "short of CPU, or the network), and the other nodes stop their ranks",
+            )
         if lost:
             names = ", ".join(membership.describe(n) for n in lost)
             return NodeStop(

@@ -2,8 +2,9 @@
 
 FAIL_RANK: that rank raises in the first attempt. HANG_RANK: that rank sleeps at step 2.
 FOREVER: keep training (a node is killed meanwhile). LATE_RANK: that rank works LATE_SECONDS
-longer than the others after the last barrier (a final save). $PIDS_DIR/ready-<rank> appears once
-a rank has trained a step.
+longer than the others after the last barrier (a final save). IDLE: after its first step a rank
+sleeps, in no collective (a peer that vanishes does not fail it). $PIDS_DIR/ready-<rank> appears
+once a rank has trained a step.
 """
 
 import os
@@ -26,6 +27,8 @@ while step < 3 or os.environ.get("FOREVER"):
         dist.all_reduce(parameter.grad)
     if step == 0:
         open(os.path.join(os.environ["PIDS_DIR"], f"ready-{env['RANK']}"), "w").close()
+        if os.environ.get("IDLE"):
+            time.sleep(3600)
     if os.environ.get("FOREVER"):
         time.sleep(0.1)
     step += 1
