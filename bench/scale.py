@@ -33,6 +33,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,8 +68,11 @@ imported = cpu()
 dist.init_process_group("gloo")
 dist.barrier()
 used = cpu()
+import sys
+sender = getattr(sys.modules.get("safelaunch.rank.beat"), "_active", None)
+beat = sender.cost if sender is not None else 0.0  # safelaunch's heartbeat thread, of `used`
 where = os.path.join(os.environ["STEP_DIR"], "step-" + os.environ["RANK"])
-open(where, "w").write(f"{began!r} {time.time()!r} {used!r} {at_script!r} {imported!r}")
+open(where, "w").write(f"{began!r} {time.time()!r} {used!r} {at_script!r} {imported!r} {beat!r}")
 os._exit(0)
 """
 STEADY = """
@@ -217,7 +221,7 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | 
     for nodes in nodes_list:
         figures: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
         for turn in range(repeat):
-            for ours in (True, False):
+            for ours in _turn_order(turn):
                 steps = tmp / f"steps-{nodes}-{turn}-{ours}"
                 steps.mkdir()
                 env = {**os.environ, "STEP_DIR": str(steps)}
@@ -235,6 +239,20 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | 
             f"{nodes:>5} {s_step:>14.2f}s {t_step:>12.2f}s {s_step / t_step:>6.2f}"
             f" {s_end:>13.2f}s {t_end:>11.2f}s {s_end / t_end:>6.2f}"
         )
+        if repeat > 1:  # each turn's pair, run back to back: the ratio the load disturbs least
+            pairs = [s[0] / t[0] for s, t in zip(figures[True], figures[False], strict=True)]
+            print(
+                f"      step ratio turn by turn: {' '.join(f'{r:.2f}' for r in pairs)};"
+                f" median {statistics.median(pairs):.2f}"
+            )
+
+
+def _turn_order(turn: int) -> tuple[bool, bool]:
+    """Who goes first in a turn (True: safelaunch), in turns: the first of two runs on this
+    VM pays for memory the host has taken back (free page reporting) and the second reuses
+    it warm: 16 x 2 noop ranks imported torch ~0.1-0.3 s a rank slower first, whichever
+    launcher it was."""
+    return (True, False) if turn % 2 == 0 else (False, True)
 
 
 def start(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | None) -> None:
@@ -250,22 +268,31 @@ def start(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str |
     print(
         f"{'nodes':>5} {'launcher':>10} {'tree CPU':>8} {'ranks CPU':>9} {'rest CPU':>8}"
         f" {'ops':>4} {'rdzv->placed':>12} {'placed->rank':>12} {'step':>6}"
-        f" {'ranks: boot':>11} {'import':>6} {'init':>6}  load"
+        f" {'ranks: boot':>11} {'import':>6} {'init':>6} {'beat':>5}  load"
     )
     for nodes in nodes_list:
-        for ours in (True, False):
-            rows = [
-                _start_turn(ours, nodes, nproc, script, tmp, conf, turn) for turn in range(repeat)
-            ]
-            tree, ranks, ops, joined, placed, boot, imports, init, step = (
-                min((row[i] for row in rows), key=lambda x: (x != x, x)) for i in range(9)
+        turns: dict[bool, list[list[float]]] = {True: [], False: []}
+        for turn in range(repeat):
+            for place, ours in enumerate(_turn_order(turn)):
+                row = _start_turn(ours, nodes, nproc, script, tmp, conf, turn)
+                turns[ours].append(row)
+                print(
+                    f"  turn {turn} {'safelaunch' if ours else 'torchrun'}"
+                    f" {('first', 'second')[place]}: step {row[-1]:.1f} s, tree CPU"
+                    f" {row[0]:.2f} s, ranks' import {row[6]:.2f} s a node",
+                    flush=True,
+                )
+        for ours, rows in turns.items():
+            tree, ranks, ops, joined, placed, boot, imports, init, beat, step = (
+                min((row[i] for row in rows), key=lambda x: (x != x, x)) for i in range(10)
             )  # the least disturbed turn's figure; nan (not measured) last
             name = "safelaunch" if ours else "torchrun"
             one, five, _ = os.getloadavg()
             print(
                 f"{nodes:>5} {name:>10} {tree:>7.2f}s {ranks:>8.2f}s {tree - ranks:>7.2f}s"
                 f" {ops:>4.0f} {joined:>11.2f}s {placed:>11.2f}s {step:>5.1f}s"
-                f" {boot:>10.2f}s {imports:>5.2f}s {init:>5.2f}s  {one:.1f} {five:.1f}",
+                f" {boot:>10.2f}s {imports:>5.2f}s {init:>5.2f}s {beat:>4.2f}s"
+                f"  {one:.1f} {five:.1f}",
                 flush=True,
             )
 
@@ -276,8 +303,6 @@ def _start_turn(
     """One run: per node (tree CPU, ranks' CPU to the step, store ops before the spawn,
     rendezvous -> placed, placed -> first rank), medians over the nodes; and the launch to
     the last first step."""
-    import statistics
-
     steps = tmp / f"start-{nodes}-{turn}-{ours}"
     steps.mkdir()
     env = {**os.environ, "STEP_DIR": str(steps), "SAFELAUNCH_STORE_COUNTS": str(steps)}
@@ -289,9 +314,12 @@ def _start_turn(
     assert codes == [0] * nodes, f"{ours} {codes}\n{last_words(started)}"
     ranks: dict[int, tuple[float, ...]] = {}
     for path in steps.glob("step-*"):
-        began, stepped, used, at_script, imported = (float(x) for x in path.read_text().split())
-        # the rank's CPU in three parts: to its script, import torch, init + barrier
-        split = (at_script, imported - at_script, used - imported)
+        began, stepped, used, at_script, imported, beat = (
+            float(x) for x in path.read_text().split()
+        )
+        # the rank's CPU in three parts: to its script, import torch, init + barrier; and
+        # what safelaunch's heartbeat thread used of it
+        split = (at_script, imported - at_script, used - imported, beat)
         ranks[int(path.name.split("-")[1])] = (began, stepped, used, *split)
     rows = []
     for node in started:
@@ -307,11 +335,11 @@ def _start_turn(
                 counts = json.loads(spawn.read_text())
                 joined = (placed or 0) - counts["joined"]
                 ops = sum(entry[0] for entry in counts["ops"].values())
-        parts = [sum(r[i] for r in mine) for i in (3, 4, 5)]
+        parts = [sum(r[i] for r in mine) for i in (3, 4, 5, 6)]
         rows.append(
             (node.cpu, sum(r[2] for r in mine), ops, joined, first_rank - (placed or 0), *parts)
         )
-    medians = [statistics.median(row[i] for row in rows) for i in range(8)]
+    medians = [statistics.median(row[i] for row in rows) for i in range(9)]
     return [*medians, max(r[1] for r in ranks.values()) - begun]
 
 

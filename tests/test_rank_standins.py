@@ -4,10 +4,11 @@ threads that every rank uses before the user's code (what they replace cost 5-7 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
-from safelaunch.rank.stdlib_standins import Flag, Lock, start_thread, suppress
+from safelaunch.rank.stdlib_standins import Bell, Flag, Lock, start_thread, suppress
 
 
 def test_a_flag_waits_until_set_and_stays_set() -> None:
@@ -46,17 +47,33 @@ def test_a_flag_set_again_while_its_waiter_holds_it_stays_set() -> None:
     assert flag.wait(0.01)
 
 
-def test_set_from_another_thread_wakes_the_waiter() -> None:
-    flag, woke = Flag(), Flag()
+def _wakes_a_waiter(wait: Callable[[float], bool], wake: Callable[[], None]) -> bool:
+    """`wake()` from this thread ends `wait` in another."""
+    woke = Flag()
 
     def waiter() -> None:
-        if flag.wait(10):
+        if wait(10):
             woke.set()
 
     start_thread(waiter)
     time.sleep(0.05)
-    flag.set()
-    assert woke.wait(10)
+    wake()
+    return woke.wait(10)
+
+
+def test_set_from_another_thread_wakes_the_waiter() -> None:
+    flag = Flag()
+    assert _wakes_a_waiter(flag.wait, flag.set)
+
+
+def test_a_bell_ends_one_wait_per_ring_rung_before_or_during_it() -> None:
+    bell = Bell()
+    assert not bell.wait(0.02)
+    bell.ring()
+    bell.ring()  # rung twice before the wait: heard once
+    assert bell.wait(0.01)
+    assert not bell.wait(0.02)
+    assert _wakes_a_waiter(bell.wait, bell.ring)
 
 
 def test_suppress_swallows_only_what_it_names() -> None:

@@ -15,9 +15,10 @@ writes a small record every interval; an idle helper process wakes up now and th
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from safelaunch.proctree import TreeScan, below
 from safelaunch.rundir.heartbeat_file import Beat
 
 CPU_SHARE = 0.05  # CPU seconds per wall second (5% of one core) that count as work
@@ -90,44 +91,33 @@ def _went_back(before: TreeCounters, now: TreeCounters) -> bool:
     return now.child_cpu < before.child_cpu or now.io < before.io
 
 
-def sample(roots: Mapping[int, int]) -> dict[int, TreeCounters]:
-    """TreeCounters of each rank's tree (rank -> pid of its process), from one pass over /proc."""
-    stats: dict[int, tuple[int, bytes, float, float]] = {}  # pid -> (parent, state, own, reaped)
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = _read_stat(int(name))
-            if stat is not None:
-                stats[int(name)] = stat
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _, _, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    usage = {}
-    for rank, root in roots.items():
-        if root not in stats:
-            continue
-        tree = _descendants(root, children)
-        _, _, own, reaped = stats[root]
-        usage[rank] = TreeCounters(
-            own_cpu=own,
-            child_cpu=reaped + sum(stats[pid][2] + stats[pid][3] for pid in tree),
-            io=sum(_io(pid) for pid in (root, *tree)),
-            on_disk=any(stats[pid][1] == b"D" for pid in (root, *tree)),
-        )
-    return usage
+class TreeSampler:
+    """TreeCounters of the ranks' trees, one pass over /proc at a time: after the first pass
+    only the job's processes and new ones are read (proctree.py)."""
+
+    def __init__(self) -> None:
+        self._scan: TreeScan[tuple[bytes, float, float]] = TreeScan(_read_stat)
+
+    def sample(self, roots: Mapping[int, int], now: float) -> dict[int, TreeCounters]:
+        """Per rank (rank -> pid of its process); `now` a monotonic clock."""
+        found = self._scan.scan(roots.values(), now)
+        usage = {}
+        for rank, root in roots.items():
+            if root not in found:
+                continue
+            tree = below(found, root)
+            _, (_, own, reaped) = found[root]
+            usage[rank] = TreeCounters(
+                own_cpu=own,
+                child_cpu=reaped + sum(found[pid][1][1] + found[pid][1][2] for pid in tree),
+                io=sum(_io(pid) for pid in (root, *tree)),
+                on_disk=any(found[pid][1][0] == b"D" for pid in (root, *tree)),
+            )
+        return usage
 
 
-def _descendants(root: int, children: Mapping[int, Iterable[int]]) -> list[int]:
-    found: list[int] = []
-    stack = list(children.get(root, ()))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, ()))
-    return found
-
-
-def _read_stat(pid: int) -> tuple[int, bytes, float, float] | None:
-    """(parent, state, own CPU s, reaped children's CPU s) from /proc/PID/stat."""
+def _read_stat(pid: int) -> tuple[int, tuple[bytes, float, float]] | None:
+    """(parent, (state, own CPU s, reaped children's CPU s)) from /proc/PID/stat."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
@@ -138,7 +128,7 @@ def _read_stat(pid: int) -> tuple[int, bytes, float, float] | None:
         # after comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
         own = (int(fields[11]) + int(fields[12])) / _TICKS
         reaped = (int(fields[13]) + int(fields[14])) / _TICKS
-        return int(fields[1]), fields[0], own, reaped
+        return int(fields[1]), (fields[0], own, reaped)
     except (OSError, ValueError, IndexError):
         return None
 

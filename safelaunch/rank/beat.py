@@ -21,7 +21,7 @@ import time
 
 from safelaunch.rank import names
 from safelaunch.rank.phases import Phases
-from safelaunch.rank.stdlib_standins import Flag, Lock, get_ident, start_thread, suppress
+from safelaunch.rank.stdlib_standins import Bell, Flag, Lock, get_ident, start_thread, suppress
 from safelaunch.rundir import exit_file, heartbeat_file
 
 TYPE_CHECKING = False  # `types` and `typing` cost every rank at start; only mypy needs them
@@ -36,10 +36,11 @@ BUSY = 0.2  # main-thread CPU seconds per wall second that count as computing
 # loader in an 8 s job gave ~40 samples a rank, and the noise named compute in about one
 # run of six. A sample costs ~23 us with a Gloo group (measured), 0.05% of a core here.
 SAMPLE_PERIOD = 0.05
-# Before the default group exists there is nothing to sample, only beats to write: waking
-# 20 times a second then cost a rank ~0.06 s of CPU per 10 s, and at 16 nodes x 2 on 2
-# cores, where ranks wait ~40 s for the rendezvous, ~0.2 s a rank (bench/scale.py start).
-WAITING_PERIOD = 0.25
+# Before the default group exists there is nothing to sample, only beats to write: the
+# thread then wakes only to beat, and init_process_group rings it (group_started()). A timed
+# wake costs ~90 us of CPU on this machine's VM; waking 20 times a second there cost a rank
+# ~0.3 s in the ~40 s that 16 nodes x 2 ranks take to import torch on 2 cores
+# (bench/scale.py --what start), and 4 times a second still ~0.15 s.
 
 _active: Beater | None = None
 # Set when the rank destroys its default group: (collectives issued, where, innermost first).
@@ -62,6 +63,7 @@ class Beater:
         self._cpu_clock = _thread_cpu_clock(main_ident)
         self._last_cpu: tuple[float, float] | None = None  # (wall, main-thread CPU seconds)
         self._stopped = Flag()
+        self._bell = Bell()  # ends a wait early: the group exists, or the rank is exiting
         self._writing = Lock()
         self._last_seq: int | None = None
         self._last_frames: list[tuple[str, int, str]] | None = None
@@ -73,7 +75,10 @@ class Beater:
     def run(self) -> None:
         next_beat = time.monotonic() + self._interval
         sampling = False
-        while not self._stopped.wait(self._pause(sampling, next_beat)):
+        while True:
+            self._bell.wait(self._pause(sampling, next_beat))  # rung: the group, or halt()
+            if self._halted():
+                return
             if not sampling and collective_sequence() is not None:
                 sampling = True  # the group exists: the phases are the job's now
             if sampling:  # before, sample() would find no group either
@@ -91,11 +96,22 @@ class Beater:
 
     @staticmethod
     def _pause(sampling: bool, next_beat: float) -> float:
-        """Until the next phase sample; before the group exists, until the next beat (on
-        time, as when sampling) or WAITING_PERIOD, whichever comes first."""
+        """Until the next phase sample; before the group exists, until the next beat."""
         if sampling:
             return _jittered(SAMPLE_PERIOD)
-        return max(0.0, min(_jittered(WAITING_PERIOD), next_beat - time.monotonic()))
+        return max(0.0, next_beat - time.monotonic())
+
+    def wake(self) -> None:
+        """Look now whether the group exists, not at the next beat."""
+        self._bell.ring()
+
+    def halt(self) -> None:
+        """No more samples nor records from the thread."""
+        self._stopped.set()
+        self._bell.ring()
+
+    def _halted(self) -> bool:
+        return self._stopped.wait(0)
 
     def sample(self) -> None:
         """Count the main thread's phase (stragglers), once torch's collectives are set up:
@@ -109,7 +125,7 @@ class Beater:
         One last record first, from this (the exiting) thread: how far the rank got is
         exact, not up to an interval old; an isolation rerun is time-boxed against it.
         """
-        self._stopped.set()
+        self.halt()
         with suppress(Exception):
             self.beat(final=True)
 
@@ -336,6 +352,12 @@ def start(rank: str, directory: str, interval: float) -> Beater:
     atexit.register(beater.stop)
     _active = beater
     return beater
+
+
+def group_started() -> None:
+    """init_process_group returned (rank/dist_hooks.py): the phases are sampled from now on."""
+    if _active is not None:
+        _active.wake()
 
 
 def report_step(step: int | None) -> None:

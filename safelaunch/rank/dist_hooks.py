@@ -20,7 +20,7 @@ import os
 import sys
 
 from safelaunch.rank import call_ledger, flight_recorder, names
-from safelaunch.rank.beat import count_optimizer_steps, left_collectives, rejoined
+from safelaunch.rank.beat import count_optimizer_steps, group_started, left_collectives, rejoined
 from safelaunch.rank.call_ledger import COLLECTIVES, describe
 from safelaunch.rank.stdlib_standins import suppress, wraps
 
@@ -193,6 +193,7 @@ def patch(module: ModuleType) -> None:
         _write_record(comm_file, record)  # before the call: init itself may be what fails
         result = real_init(*bound.args, **bound.kwargs)
         rejoined()  # after a destroy_process_group: it takes part again
+        group_started()
         with suppress(Exception):
             record["used"] = str(module.get_backend_config())
         _write_record(comm_file, record)

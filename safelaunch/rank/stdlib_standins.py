@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 else:
     import _signal as signals
 
-__all__ = ["Flag", "Lock", "get_ident", "signals", "start_thread", "suppress", "wraps"]
+__all__ = ["Bell", "Flag", "Lock", "get_ident", "signals", "start_thread", "suppress", "wraps"]
 
 Lock = _thread.allocate_lock  # threading.Lock is this very function
 get_ident = _thread.get_ident
@@ -65,6 +65,23 @@ class Flag:
         with suppress(RuntimeError):  # a second set() released it meanwhile: still set
             self._lock.release()
         return True
+
+
+class Bell:
+    """A wake-up for one waiting thread: ring() ends its wait under way, or its next one.
+    Rings before a wait count once."""
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def ring(self) -> None:
+        with suppress(RuntimeError):  # rung already, and not yet heard
+            self._lock.release()
+
+    def wait(self, timeout: float) -> bool:
+        """True when rung (the ring is then heard), False after `timeout` seconds."""
+        return self._lock.acquire(timeout=timeout)
 
 
 def start_thread(target: Callable[..., object], *args: object) -> None:

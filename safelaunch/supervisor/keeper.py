@@ -8,7 +8,8 @@ launcher died, and the keeper then ends every process of the run.
 "Of the run" by what a process cannot shed: the run's token in its environment is
 lost to `env -i`, a session to setsid, but while the launcher lives every descendant
 is in its tree (it is a subreaper: orphans come back to it). So the keeper records
-that tree every RECORD_INTERVAL seconds (pid, session, start time), and the sweep
+that tree every RECORD_INTERVAL seconds (pid, session, start time; proctree.py reads
+only the tree's processes and new ones after its first pass), and the sweep
 takes the token's processes, the recorded ones still alive (same start time: not a
 reused pid), everything in a session a recorded process led, and their descendants.
 """
@@ -23,9 +24,10 @@ import signal
 import time
 from collections.abc import Callable
 
+from safelaunch.proctree import TreeScan
 from safelaunch.supervisor.procs import (
     ProcessIdentity,
-    descendants,
+    identity,
     job_processes,
     left_behind,
     signal_pids,
@@ -90,8 +92,9 @@ def _watch(read_fd: int, token: str) -> None:
     os.closerange(3, read_fd)
     os.closerange(read_fd + 1, 65536)
     recorded: dict[int, ProcessIdentity] = {}
+    scan = TreeScan(identity)  # after its first pass, reads only the tree and new processes
     while not select.select([read_fd], [], [], RECORD_INTERVAL)[0]:
-        recorded = _record(recorded, launcher)
+        recorded = _record(recorded, launcher, scan)
     try:
         message = os.read(read_fd, 1)
     except OSError:
@@ -102,10 +105,13 @@ def _watch(read_fd: int, token: str) -> None:
     _sweep(lambda: job_processes(token, below=None) | left_behind(recorded, sessions))
 
 
-def _record(recorded: dict[int, ProcessIdentity], launcher: int) -> dict[int, ProcessIdentity]:
+def _record(
+    recorded: dict[int, ProcessIdentity], launcher: int, scan: TreeScan[ProcessIdentity]
+) -> dict[int, ProcessIdentity]:
     """The launcher's tree now, plus what was recorded before and still runs (it may have
     left the tree only as the launcher died)."""
-    now = descendants(launcher)
+    tree = scan.scan([launcher], time.monotonic())
+    now = {pid: seen for pid, (_, seen) in tree.items() if pid != launcher}
     for pid, seen in recorded.items():
         if pid not in now and still(pid, seen):
             now[pid] = seen

@@ -65,7 +65,7 @@ class ProcessIdentity:
     started: int
 
 
-def _identity(pid: int) -> tuple[int, ProcessIdentity] | None:
+def identity(pid: int) -> tuple[int, ProcessIdentity] | None:
     """(parent pid, ProcessIdentity) of a live process; None when gone or a zombie."""
     try:
         stat = _read(f"/proc/{pid}/stat")
@@ -79,7 +79,7 @@ def _identity(pid: int) -> tuple[int, ProcessIdentity] | None:
 
 def still(pid: int, seen: ProcessIdentity) -> bool:
     """True while the process recorded as `seen` runs (not a new one with its pid)."""
-    found = _identity(pid)
+    found = identity(pid)
     return found is not None and found[1] == seen
 
 
@@ -90,7 +90,7 @@ def descendants(root: int) -> dict[int, ProcessIdentity]:
     seen: dict[int, ProcessIdentity] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            found = _identity(int(entry.name))
+            found = identity(int(entry.name))
             if found is not None:
                 children.setdefault(found[0], []).append(int(entry.name))
                 seen[int(entry.name)] = found[1]
@@ -113,7 +113,7 @@ def left_behind(recorded: dict[int, ProcessIdentity], sessions: set[int]) -> set
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        now = _identity(pid)
+        now = identity(pid)
         if now is None or pid == os.getpid():
             continue
         children.setdefault(now[0], []).append(pid)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from safelaunch.hangs.activity import ActivityWatch
-from safelaunch.hangs.activity import sample as sample_activity
+from safelaunch.hangs.activity import ActivityWatch, TreeSampler
 from safelaunch.hangs.detection import RankProgress, last_progress
 from safelaunch.plan import LaunchPlan
 from safelaunch.rundir import heartbeat_file
@@ -43,6 +42,7 @@ class RankSigns:
         self._spawned_at = spawned_at  # wall clock
         self._wall0 = wall0
         self._activity = ActivityWatch()
+        self._trees = TreeSampler()
 
     def live(self) -> dict[int, StartedRank]:
         return {r: s for r, s in self._ranks.items() if r not in self._exits}
@@ -56,7 +56,8 @@ class RankSigns:
         """A pass over /proc: which ranks' processes did work since the last one."""
         live = {r: s.process.pid for r, s in self.live().items()}
         beats = {r: heartbeat_file.read(r, self._ranks[r].spec.heartbeat_file) for r in live}
-        self._activity.update(sample_activity(live), beats, self._clock.wall())
+        usage = self._trees.sample(live, self._clock.monotonic())
+        self._activity.update(usage, beats, self._clock.wall())
 
     def progress(self) -> list[RankProgress]:
         """Every live rank's latest sign of progress."""

@@ -1,0 +1,77 @@
+"""Process trees from /proc, pass after pass, reading only what can be in them.
+
+The launcher looks at its ranks' trees every 0.5 s (hangs/activity.py) and its keeper at
+the launcher's whole tree as often (supervisor/keeper.py). Finding a tree by parent
+chain means knowing every process's parent, and reading every process's stat cost ~10-20
+us a process a pass: what grew with the machine rather than the job (16 launchers and
+their keepers on one machine read each other's processes: docs/scale.md). A process
+outside a tree stays outside (a process enters a tree only by being forked in it, under
+a new pid; an orphan of the tree goes to the launcher, a subreaper, inside it), so after
+the first pass only the trees' processes and the new ones are read.
+
+A pid is forgotten as soon as a listing lacks it: one reused between two listings would
+need the kernel to go round all its pids in that time, and a pass FORGET_AFTER seconds
+after the last one reads everything again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection
+from typing import Generic, TypeVar
+
+_T = TypeVar("_T")
+
+
+class TreeScan(Generic[_T]):
+    """The processes below some roots, the roots included, from `read(pid)`: (its parent,
+    what the caller keeps of it), or None when it is gone or not to be counted."""
+
+    FORGET_AFTER = 30.0
+
+    def __init__(self, read: Callable[[int], tuple[int, _T] | None]) -> None:
+        self._read = read
+        self._outside: set[int] = set()
+        self._roots: frozenset[int] = frozenset()
+        self._last = float("-inf")
+
+    def scan(self, roots: Collection[int], now: float) -> dict[int, tuple[int, _T]]:
+        """pid -> (parent, what `read` gave) for every root and descendant; `now` monotonic."""
+        if frozenset(roots) != self._roots or now - self._last > self.FORGET_AFTER:
+            self._outside.clear()  # other roots, or a long pause: look at everything again
+        self._roots, self._last = frozenset(roots), now
+        listed = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        found: dict[int, tuple[int, _T]] = {}
+        for pid in listed:
+            if pid not in self._outside and (got := self._read(pid)) is not None:
+                found[pid] = got
+        children: dict[int, list[int]] = {}
+        for pid, (parent, _) in found.items():
+            children.setdefault(parent, []).append(pid)
+        inside = {root for root in roots if root in found}
+        stack = list(inside)
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in inside:
+                    inside.add(child)
+                    stack.append(child)
+        self._outside = self._outside.intersection(listed) | (found.keys() - inside)
+        return {pid: found[pid] for pid in inside}
+
+    def outside(self, pid: int) -> bool:
+        """Known at the last pass to be outside every tree."""
+        return pid in self._outside
+
+
+def below(tree: dict[int, tuple[int, _T]], root: int) -> list[int]:
+    """The descendants of `root` in a scan's result, `root` not included."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in tree.items():
+        children.setdefault(parent, []).append(pid)
+    found: list[int] = []
+    stack = list(children.get(root, ()))
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
