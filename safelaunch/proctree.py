@@ -9,9 +9,12 @@ outside a tree stays outside (a process enters a tree only by being forked in it
 a new pid; an orphan of the tree goes to the launcher, a subreaper, inside it), so after
 the first pass only the trees' processes and the new ones are read.
 
-A pid is forgotten as soon as a listing lacks it: one reused between two listings would
-need the kernel to go round all its pids in that time, and a pass FORGET_AFTER seconds
-after the last one reads everything again.
+A process is known to be outside only when its parent chain, read in full, reaches the
+top (pid 0) or a process known to be outside: a parent that ended during the pass leaves
+a gap (its child may be on its way to the launcher, the subreaper), and such a process is
+read again at the next pass. A pid is forgotten as soon as a listing lacks it: one reused
+between two listings would need the kernel to go round all its pids in that time, and a
+pass FORGET_AFTER seconds after the last one reads everything again.
 """
 
 from __future__ import annotations
@@ -29,8 +32,13 @@ class TreeScan(Generic[_T]):
 
     FORGET_AFTER = 30.0
 
-    def __init__(self, read: Callable[[int], tuple[int, _T] | None]) -> None:
+    def __init__(
+        self,
+        read: Callable[[int], tuple[int, _T] | None],
+        listing: Callable[[], list[int]] | None = None,
+    ) -> None:
         self._read = read
+        self._listing = listing or _proc_pids
         self._outside: set[int] = set()
         self._roots: frozenset[int] = frozenset()
         self._last = float("-inf")
@@ -40,7 +48,7 @@ class TreeScan(Generic[_T]):
         if frozenset(roots) != self._roots or now - self._last > self.FORGET_AFTER:
             self._outside.clear()  # other roots, or a long pause: look at everything again
         self._roots, self._last = frozenset(roots), now
-        listed = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        listed = self._listing()
         found: dict[int, tuple[int, _T]] = {}
         for pid in listed:
             if pid not in self._outside and (got := self._read(pid)) is not None:
@@ -55,12 +63,38 @@ class TreeScan(Generic[_T]):
                 if child not in inside:
                     inside.add(child)
                     stack.append(child)
-        self._outside = self._outside.intersection(listed) | (found.keys() - inside)
+        settled: dict[int, bool] = {}
+        newly = {pid for pid in found.keys() - inside if self._settled(pid, found, settled)}
+        self._outside = self._outside.intersection(listed) | newly
         return {pid: found[pid] for pid in inside}
+
+    def _settled(self, pid: int, found: dict[int, tuple[int, _T]], memo: dict[int, bool]) -> bool:
+        """pid's parent chain reaches the top or a known outsider with no gap (see above)."""
+        chain = []
+        while True:
+            if pid in memo:
+                known = memo[pid]
+                break
+            if pid == 0 or pid in self._outside:
+                known = True
+                break
+            got = found.get(pid)
+            if got is None:
+                known = False  # a parent that ended during the pass
+                break
+            chain.append(pid)
+            pid = got[0]
+        for each in chain:
+            memo[each] = known
+        return known
 
     def outside(self, pid: int) -> bool:
         """Known at the last pass to be outside every tree."""
         return pid in self._outside
+
+
+def _proc_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
 def below(tree: dict[int, tuple[int, _T]], root: int) -> list[int]:

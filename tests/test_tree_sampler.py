@@ -149,3 +149,25 @@ def test_the_keeper_records_the_launcher_s_tree_and_reads_little_else(
     recorded = keeper._record(recorded, os.getpid(), scan)
     assert int(Path(f"{go}.pid").read_text()) in recorded
     assert len(read) < everyone, (read, everyone)
+
+
+def test_a_process_whose_parent_ended_during_the_pass_is_read_again() -> None:
+    """Its parent gone mid-pass, a process may be on its way to the launcher (a subreaper):
+    it is not taken for an outsider until its chain is whole."""
+    machine = {1: 0, 5: 1, 10: 1, 20: 5, 21: 20}  # pid -> parent; 10 the root
+    gone: set[int] = set()
+    reads: list[int] = []
+
+    def read(pid: int) -> tuple[int, None] | None:
+        reads.append(pid)
+        return None if pid in gone else (machine[pid], None)
+
+    scan = TreeScan(read, listing=lambda: sorted(machine))
+    gone.add(20)  # 21's parent ends during the first pass
+    assert set(scan.scan([10], 0.0)) == {10}
+    assert scan.outside(1) and scan.outside(5) and not scan.outside(21)
+    del machine[20]
+    machine[21] = 10  # reparented to the subreaper
+    reads.clear()
+    assert set(scan.scan([10], 0.5)) == {10, 21}
+    assert sorted(reads) == [10, 21]  # 1 and 5: known outsiders, not read again
