@@ -14,7 +14,14 @@ dist.init_process_group("gloo")
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 step = 0
-while not os.path.exists(os.path.join(pids, "stop")):
+stop = torch.zeros(1)
+while True:
+    # every rank stops at the same step: one that saw the file a step before the other
+    # waited in the barrier below while the other all-reduced (a hang; CI, once)
+    stop.fill_(float(os.path.exists(os.path.join(pids, "stop"))))
+    dist.all_reduce(stop)
+    if stop.item() > 0:
+        break
     optimizer.zero_grad()
     model(torch.ones(8, 4)).sum().backward()
     for parameter in model.parameters():
