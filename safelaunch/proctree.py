@@ -53,16 +53,8 @@ class TreeScan(Generic[_T]):
         for pid in listed:
             if pid not in self._outside and (got := self._read(pid)) is not None:
                 found[pid] = got
-        children: dict[int, list[int]] = {}
-        for pid, (parent, _) in found.items():
-            children.setdefault(parent, []).append(pid)
-        inside = {root for root in roots if root in found}
-        stack = list(inside)
-        while stack:
-            for child in children.get(stack.pop(), ()):
-                if child not in inside:
-                    inside.add(child)
-                    stack.append(child)
+        tops = [root for root in roots if root in found]
+        inside = {*tops, *_reach(found, tops)}
         settled: dict[int, bool] = {}
         newly = {pid for pid in found.keys() - inside if self._settled(pid, found, settled)}
         self._outside = self._outside.intersection(listed) | newly
@@ -99,11 +91,16 @@ def _proc_pids() -> list[int]:
 
 def below(tree: dict[int, tuple[int, _T]], root: int) -> list[int]:
     """The descendants of `root` in a scan's result, `root` not included."""
+    return _reach(tree, [root])
+
+
+def _reach(tree: dict[int, tuple[int, _T]], tops: list[int]) -> list[int]:
+    """Every descendant of `tops` by the parents in `tree`, `tops` not included."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in tree.items():
         children.setdefault(parent, []).append(pid)
     found: list[int] = []
-    stack = list(children.get(root, ()))
+    stack = [child for top in tops for child in children.get(top, ())]
     while stack:
         pid = stack.pop()
         found.append(pid)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.plan import TOKEN_VAR
+from safelaunch.proctree import TreeScan
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -86,22 +87,8 @@ def still(pid: int, seen: ProcessIdentity) -> bool:
 def descendants(root: int) -> dict[int, ProcessIdentity]:
     """Every live descendant of `root` now, by parent chain: whatever its environment or
     session (a process that ran `env -i` or setsid is still below us while we live)."""
-    children: dict[int, list[int]] = {}
-    seen: dict[int, ProcessIdentity] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            found = identity(int(entry.name))
-            if found is not None:
-                children.setdefault(found[0], []).append(int(entry.name))
-                seen[int(entry.name)] = found[1]
-    tree: dict[int, ProcessIdentity] = {}
-    stack = list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            tree[pid] = seen[pid]
-        stack.extend(children.get(pid, []))
-    return tree
+    tree = TreeScan(identity).scan([root], 0.0)
+    return {pid: seen for pid, (_, seen) in tree.items() if pid != root}
 
 
 def left_behind(recorded: dict[int, ProcessIdentity], sessions: set[int]) -> set[int]:
