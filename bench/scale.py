@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -241,10 +242,38 @@ def rdzv(nodes_list: list[int], nproc: int, repeat: int, tmp: Path, conf: str | 
         )
         if repeat > 1:  # each turn's pair, run back to back: the ratio the load disturbs least
             pairs = [s[0] / t[0] for s, t in zip(figures[True], figures[False], strict=True)]
-            print(
-                f"      step ratio turn by turn: {' '.join(f'{r:.2f}' for r in pairs)};"
-                f" median {statistics.median(pairs):.2f}"
-            )
+            print(f"      step ratio turn by turn: {' '.join(f'{r:.2f}' for r in pairs)}")
+            print(f"      {paired_verdict(pairs)}")
+
+
+def median_interval(values: list[float], coverage: float = 0.9) -> tuple[float, float, float]:
+    """The median's distribution-free interval from order statistics (the sign test's):
+    (low, high, its coverage), the narrowest pair (k-th smallest, k-th largest) that covers
+    the true median with at least `coverage`; the widest (min, max) when too few values."""
+    ordered = sorted(values)
+    n = len(ordered)
+    chance = [math.comb(n, i) / 2**n for i in range(n + 1)]
+    k, covered = 1, 1 - 2 * chance[0]
+    while k < n // 2 and 1 - 2 * sum(chance[: k + 1]) >= coverage:
+        k += 1
+        covered = 1 - 2 * sum(chance[:k])
+    return ordered[k - 1], ordered[n - k], covered
+
+
+def paired_verdict(pairs: list[float]) -> str:
+    """safelaunch / torchrun, turn by turn: the median with its interval, and what it shows.
+    Slower only when the whole interval lies above 1."""
+    low, high, covered = median_interval(pairs)
+    if low > 1:
+        said = "safelaunch slower"
+    elif high < 1:
+        said = "safelaunch faster"
+    else:
+        said = "no difference shown (the interval holds 1.00)"
+    return (
+        f"median ratio {statistics.median(pairs):.2f}, {covered:.0%} interval"
+        f" [{low:.2f}, {high:.2f}] over {len(pairs)} turns: {said}"
+    )
 
 
 def _turn_order(turn: int) -> tuple[bool, bool]:

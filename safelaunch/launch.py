@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes, multinode
-from safelaunch.attempt import Session, run_attempt
 from safelaunch.config import LaunchConfig
 from safelaunch.console import Console, Level
 from safelaunch.exitcodes import signal_name
@@ -33,7 +32,7 @@ from safelaunch.slurm import in_step
 from safelaunch.supervisor import Keeper, SignalReceiver, become_subreaper, open_attempt_logs
 
 if TYPE_CHECKING:  # imported where used: a clean single-node launch needs none of them
-    from safelaunch.attempt import Concluded
+    from safelaunch.attempt import Concluded, Session
     from safelaunch.diagnose.signatures import Signature
     from safelaunch.metrics_export import MetricsEndpoint
     from safelaunch.on_verdict import Notifier
@@ -148,8 +147,10 @@ def run(config: LaunchConfig, console: Console) -> int:
             # run when it returns (join_timeout later). The kernel's default ends us at once.
             if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            membership = multinode.join(config, preflight, console)
+            membership = multinode.join(config, preflight, console, meanwhile=_load_attempt)
         receiver.install()
+        from safelaunch.attempt import Session  # loaded by now on a multi-node launch
+
         point_latest(config.log_dir, identity.run_id)
         session = Session(
             config=config,
@@ -176,6 +177,16 @@ def run(config: LaunchConfig, console: Console) -> int:
             keeper.stop()
         preflight.master_port.release()
         shutil.rmtree(identity.private_dir, ignore_errors=True)
+
+
+def _load_attempt() -> None:
+    """The attempt's supervisor and what judges it (attempt.JUDGING), ~25 ms of imports:
+    a multi-node launch loads them while torch's rendezvous waits for the other nodes,
+    off the path to the spawn; a single-node launch loads the supervisor just before its
+    spawn, and JUDGING while its ranks start."""
+    from safelaunch.attempt import load_judging
+
+    load_judging()
 
 
 def user_table(path: str | None) -> Sequence[Signature] | None:
@@ -257,6 +268,8 @@ def _told(
 
 
 def _attempts(session: Session, notifier: Notifier | None = None) -> int:
+    from safelaunch.attempt import run_attempt
+
     config, preflight, console = session.config, session.preflight, session.console
     receiver, membership = session.receiver, session.membership
     history: list[dict[str, Any]] = []  # every attempt's status, for report.json

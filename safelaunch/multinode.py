@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from safelaunch import exitcodes
@@ -35,8 +35,14 @@ END_SLACK = 30.0  # diagnosis and report time on top of the teardown, before a n
 LEAVE_TIMEOUT = 30.0  # the store's host waits this long for the others to read the verdict
 
 
-def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> Membership:
-    """Torch's rendezvous, the nodes' facts compared, this node placed."""
+def join(
+    config: LaunchConfig,
+    preflight: PreflightReport,
+    console: Console,
+    meanwhile: Callable[[], None] | None = None,
+) -> Membership:
+    """Torch's rendezvous, the nodes' facts compared, this node placed; `meanwhile()` run
+    while torch's rendezvous waits for the other nodes."""
     from safelaunch.rendezvous.joining import join as join_nodes
 
     where = (
@@ -48,7 +54,9 @@ def join(config: LaunchConfig, preflight: PreflightReport, console: Console) -> 
     count = str(low) if low == high else f"{low}-{high}"
     console.say(f"rendezvous ({where}): waiting for {count} node(s)")
     host = _host(config)
-    membership = join_nodes(config, preflight.nproc, preflight.node_facts, host, console.say)
+    membership = join_nodes(
+        config, preflight.nproc, preflight.node_facts, host, console.say, meanwhile
+    )
     _say_placed(console, membership, host, preflight.nproc)
     return membership
 

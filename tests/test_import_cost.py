@@ -107,7 +107,12 @@ def test_the_ranks_start_before_the_launcher_loads_what_judges_them() -> None:
         "safelaunch.lint.scan",
     )
     assert not {m for m in loaded if m.startswith(later)}
-    assert "safelaunch.supervisor.loop" in loaded  # the import below is the real one
+    # the attempt's supervisor: a multi-node launch loads it while torch's rendezvous waits
+    assert not {"safelaunch.attempt", "safelaunch.supervisor.loop"} & loaded
+    meanwhile = imported_by(
+        "import safelaunch.cli, safelaunch.launch; safelaunch.launch._load_attempt()"
+    )
+    assert {"safelaunch.attempt", "safelaunch.supervisor.loop", "safelaunch.diagnose"} <= meanwhile
     judged = imported_by(
         "import safelaunch.cli, safelaunch.launch, safelaunch.attempt; "
         "safelaunch.attempt.load_judging()"

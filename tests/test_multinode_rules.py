@@ -366,7 +366,7 @@ def test_a_finished_node_waits_for_a_live_node_past_any_fixed_grace() -> None:
     summaries = membership.end_attempt(0, {"node": 1, "status": "succeeded"}, 0.3, waiting)
     assert late_node.is_set() and summaries[0] == {"node": 0, "status": "succeeded"}
     assert waiting.told and waiting.told[0] == [0]
-    membership._stop_beating.set()
+    membership.stop_beating()
 
 
 def test_a_node_that_node_0_published_as_lost_stops_its_own_ranks() -> None:
@@ -393,7 +393,7 @@ def test_a_node_that_stops_beating_is_not_waited_for() -> None:
     started = time.monotonic()
     summaries = membership.end_attempt(0, {"node": 1}, 60, _Patient())
     assert summaries[0] is None and time.monotonic() - started < 5
-    membership._stop_beating.set()
+    membership.stop_beating()
 
 
 @pytest.mark.parametrize(
@@ -585,3 +585,23 @@ def test_torchs_rendezvous_runs_on_a_fresh_thread_with_its_result_or_error() -> 
 
     with pytest.raises(TimeoutError, match="no quorum"):
         on_fresh_thread(fails)
+
+
+def test_the_launcher_works_while_torchs_rendezvous_waits() -> None:
+    """`meanwhile` runs on the calling thread while the rendezvous thread still waits (it
+    waits for what `meanwhile` does): a launch loads its attempt's modules there."""
+    from safelaunch.rendezvous.torchstore import on_fresh_thread
+
+    done = threading.Event()
+    caller = threading.current_thread()
+    where: list[bool] = []
+
+    def rendezvous() -> bool:
+        return done.wait(30)  # the other nodes, which come once `meanwhile` ran
+
+    def meanwhile() -> None:
+        where.append(threading.current_thread() is caller)
+        done.set()
+
+    assert on_fresh_thread(rendezvous, meanwhile)
+    assert where == [True]

@@ -249,7 +249,7 @@ def test_the_others_print_node_0s_verdict_and_read_no_summary() -> None:
         range(1, 8), job
     )
     for m in group:
-        m._stop_beating.set()
+        m.stop_beating()
 
 
 def test_a_node_0_that_stops_beating_leaves_the_others_to_judge() -> None:
@@ -265,7 +265,7 @@ def test_a_node_0_that_stops_beating_leaves_the_others_to_judge() -> None:
     started = time.monotonic()
     text, missing = group[1].await_verdict(0, {"node": 1}, 60, Patient())
     assert text is None and missing == [0] and time.monotonic() - started < 5
-    group[1]._stop_beating.set()
+    group[1].stop_beating()
 
 
 def _hang_watch(timeout: float, peers: dict[int, PeerHang | None]) -> HangWatch:

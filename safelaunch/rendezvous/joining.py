@@ -29,11 +29,12 @@ def join(
     facts: Mapping[str, Any],
     host: str,
     say: Callable[[str], None],
+    meanwhile: Callable[[], None] | None = None,
 ) -> Membership:
     """Rendezvous with the other nodes, exchange facts, and place this node's ranks.
 
     A node that does not host the store also tries to reach it (reach.py) and `say`s
-    within seconds when it cannot.
+    within seconds when it cannot. `meanwhile`: run while torch's rendezvous waits.
     """
     from safelaunch.rendezvous.reach import ReachProbe, probe_target
 
@@ -44,7 +45,7 @@ def join(
     try:
         from safelaunch.rendezvous import torchstore  # imports torch: multi-node only
 
-        joined, store = torchstore.rendezvous(config)
+        joined, store = torchstore.rendezvous(config, meanwhile)
     finally:
         if probe is not None:
             probe.stop()

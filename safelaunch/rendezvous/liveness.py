@@ -30,6 +30,7 @@ often than they can move.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Protocol
 
 WATCHER = 0  # the node that reads every counter
@@ -46,8 +47,43 @@ class Counters(Protocol):
     def check(self, keys: list[str]) -> bool: ...
 
 
+class Connecting(Protocol):
+    def clone(self) -> Counters: ...  # the same store over a connection of its own
+
+
 def alive_key(node: int) -> str:
     return f"alive/{node}"
+
+
+class Beating:
+    """This launcher's own beat: its `alive/<node>` counter, once every `every` seconds, from
+    a thread, on a connection of its own (the main thread's reads never delay it)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, store: Connecting, node: int, every: float) -> None:
+        counters = store.clone()
+        key = alive_key(node)
+
+        def beat() -> None:
+            while not self._stop.wait(every):
+                try:
+                    counters.add(key, 1)
+                except Exception:
+                    return  # the store is gone: the watchers will say so
+
+        counters.add(key, 1)
+        self._thread = threading.Thread(target=beat, name="safelaunch-node-alive", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class Liveness:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from safelaunch.errors import RendezvousError
 from safelaunch.rendezvous import Placement
 from safelaunch.rendezvous.keyvalue import Joined, KeyValue
-from safelaunch.rendezvous.liveness import WATCHER, Liveness, alive_key
+from safelaunch.rendezvous.liveness import WATCHER, Beating, Liveness
 from safelaunch.rendezvous.rounds import Round
 from safelaunch.rendezvous.stops import NodeStop, from_json
 from safelaunch.vocab import StrEnum
@@ -63,8 +62,7 @@ class Membership:
         self._beat_every = beat_every
         self._liveness: Liveness | None = None
         self._arrived: set[str] = set()  # the gathers this node has arrived at
-        self._stop_beating = threading.Event()
-        self._beater: threading.Thread | None = None
+        self._beating = Beating()
         self._workers_store: Any = None  # node 0: the TCPStore of the current attempt's ranks
         self._workers_for: int | None = None  # the attempt it serves
         self._met_for: int | None = None  # the attempt the round's exchange brought all to
@@ -73,25 +71,11 @@ class Membership:
     # --- liveness -------------------------------------------------------------
 
     def start_beating(self) -> None:
-        """A thread that says, every few seconds, that this node's launcher lives.
-
-        On a connection of its own: the main thread's reads never delay it."""
-        store = self._store.clone()
-        key = alive_key(self.placement.node)
-
-        def beat() -> None:
-            while not self._stop_beating.wait(self._beat_every):
-                try:
-                    store.add(key, 1)
-                except Exception:
-                    return  # the store is gone: the watchers will say so
-
-        store.add(key, 1)
-        self._beater = threading.Thread(target=beat, name="safelaunch-node-alive", daemon=True)
-        self._beater.start()
+        """This node's launcher says it lives, every few seconds (liveness.Beating)."""
+        self._beating.start(self._store, self.placement.node, self._beat_every)
 
     def stop_beating(self) -> None:
-        self._stop_beating.set()
+        self._beating.stop()
 
     def lost_nodes(self, now: float) -> list[int]:
         """Nodes whose liveness counter has not moved for `lost_after` seconds: node 0 reads
@@ -211,9 +195,9 @@ class Membership:
                     missing = [n for n, key in enumerate(keys) if not self._store.check([key])]
                     if not missing:
                         return set()
-                if self._beater is not None and self._all_missing_lost(arrived, keys, now):
+                if self._beating.started and self._all_missing_lost(arrived, keys, now):
                     break
-            if now > deadline and (until is None or self._beater is None):
+            if now > deadline and (until is None or not self._beating.started):
                 break
             if until is not None and until.poll(missing, now - started):
                 break
@@ -306,7 +290,7 @@ class Membership:
                     if self._store.check([waiting]):
                         said = json.loads(self._store.get(waiting).decode())
                         missing = [n for n in said if n != self.placement.node] or missing
-                if now > started + timeout and self._beater is None:
+                if now > started + timeout and not self._beating.started:
                     return None, missing
                 if until.poll(missing, now - started):
                     return None, missing
@@ -357,14 +341,14 @@ class Membership:
     def take(self, fresh: Membership) -> None:
         """Become `fresh`, the next round's membership (elastic): the old round's liveness
         thread stops, its workers' store goes; the launch keeps this one object."""
-        self._stop_beating.set()
+        self._beating.stop()
         self._workers_store, self._workers_for = fresh._workers_store, fresh._workers_for
         self._met_for = fresh._met_for
         self.placement, self._store, self._joined = fresh.placement, fresh._store, fresh._joined
         self.lost_after, self._beat_every = fresh.lost_after, fresh._beat_every
         self._liveness, self._arrived = None, fresh._arrived
         self.round = fresh.round
-        self._stop_beating, self._beater = fresh._stop_beating, fresh._beater
+        self._beating = fresh._beating
 
     def nodes_waiting(self) -> int:
         """Nodes waiting in torch's rendezvous to join the next round (0 without c10d)."""
@@ -374,7 +358,7 @@ class Membership:
         """Torch's rendezvous again (elastic): the nodes that remain and those that wait."""
         if self._joined.next_round is None:
             raise RendezvousError("this rendezvous has no next round", "use --rdzv-backend c10d")
-        self._stop_beating.set()  # a node left the round: it no longer counts as alive in it
+        self._beating.stop()  # a node left the round: it no longer counts as alive in it
         return self._joined.next_round()
 
     def leave(self, timeout: float) -> None:
@@ -385,7 +369,7 @@ class Membership:
             self._joined.shutdown()
         with contextlib.suppress(Exception):
             self.barrier("left", timeout)
-        self._stop_beating.set()
+        self._beating.stop()
         self._workers_store = None
         _write_counts(self._store, self.placement.node)
 

@@ -168,8 +168,13 @@ def serve_workers_store(addr: str) -> tuple[Any, int]:
     return store, int(store.port)
 
 
-def rendezvous(config: LaunchConfig) -> tuple[Joined, TextStore]:
-    """Join through torch's handler; this node's place and safelaunch's view of the store."""
+def rendezvous(
+    config: LaunchConfig, meanwhile: Callable[[], None] | None = None
+) -> tuple[Joined, TextStore]:
+    """Join through torch's handler; this node's place and safelaunch's view of the store.
+
+    `meanwhile`: the launcher's own work, done while torch's rendezvous waits for the other
+    nodes (on_fresh_thread)."""
     quiet_torch_logs()
     try:
         from torch.distributed import PrefixStore  # type: ignore[attr-defined]
@@ -183,11 +188,16 @@ def rendezvous(config: LaunchConfig) -> tuple[Joined, TextStore]:
         handler = get_rendezvous_handler(_parameters(config))
     except Exception as exc:
         raise _failed(config, exc) from None
-    return _round(config, handler, PrefixStore)
+    return _round(config, handler, PrefixStore, meanwhile)
 
 
-def on_fresh_thread(call: Callable[[], _T]) -> _T:
-    """`call()` on a new thread while this one waits (signals still reach it here).
+def on_fresh_thread(call: Callable[[], _T], meanwhile: Callable[[], None] | None = None) -> _T:
+    """`call()` on a new thread while this one waits (signals still reach it here), running
+    `meanwhile()` first if given.
+
+    A node waits in torch's rendezvous for the others, and polls its state once a second:
+    this thread's work done there (imports the launch needs only once the nodes met) is off
+    the path to the spawn on an idle machine.
 
     torch's c10d handler records an event at each step of its rendezvous, naming the step
     with inspect.stack(), whose cost grows with the caller's stack: under `python -m
@@ -207,6 +217,8 @@ def on_fresh_thread(call: Callable[[], _T]) -> _T:
 
     thread = threading.Thread(target=run, name="safelaunch-rendezvous", daemon=True)
     thread.start()
+    if meanwhile is not None:
+        meanwhile()
     while thread.is_alive():
         thread.join(0.2)
     if error:
@@ -228,7 +240,12 @@ def _failed(config: LaunchConfig, exc: Exception) -> RendezvousError:
     )
 
 
-def _round(config: LaunchConfig, handler: Any, prefix_store: Any) -> tuple[Joined, TextStore]:
+def _round(
+    config: LaunchConfig,
+    handler: Any,
+    prefix_store: Any,
+    meanwhile: Callable[[], None] | None = None,
+) -> tuple[Joined, TextStore]:
     """The next round of torch's rendezvous: the first, or an elastic re-rendezvous.
 
     Torch's c10d handler leaves the finished round and joins the next one with the nodes
@@ -237,7 +254,7 @@ def _round(config: LaunchConfig, handler: Any, prefix_store: Any) -> tuple[Joine
     votes, whichever node joined when.
     """
     try:
-        info = on_fresh_thread(handler.next_rendezvous)
+        info = on_fresh_thread(handler.next_rendezvous, meanwhile)
     except Exception as exc:
         raise _failed(config, exc) from None
     store_info = info.bootstrap_store_info
