@@ -36,7 +36,13 @@ if TYPE_CHECKING:  # loaded once the ranks run (JUDGING); multi-node only (Membe
 # or after they end: the import then overlaps their start instead of delaying the launch
 # (launch cost, bench/vs_torchrun.py). tests/test_import_cost.py keeps them off the path
 # to the first spawn.
-JUDGING = ("safelaunch.outcome", "safelaunch.diagnose", "safelaunch.report", "safelaunch.view")
+JUDGING = (
+    "safelaunch.outcome",
+    "safelaunch.diagnose",
+    "safelaunch.report",
+    "safelaunch.report_json",
+    "safelaunch.view",
+)
 
 
 def load_judging() -> None:
@@ -104,7 +110,8 @@ def run_attempt(
         while_ranks_start=load_judging,
     )
     from safelaunch.outcome import outcome_of  # loaded by now: JUDGING
-    from safelaunch.report import exit_code, report_record, write_report
+    from safelaunch.report import exit_code
+    from safelaunch.report_json import report_record, write_report
 
     outcome = outcome_of(record)
     diagnosis = _diagnosed(session, outcome, plan)

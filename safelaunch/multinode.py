@@ -186,7 +186,7 @@ def conclude(
     """
     from safelaunch.diagnose import job_json
     from safelaunch.diagnose.nodes import conclude_job, node_summary, read_summary
-    from safelaunch.report import job_record, write_report
+    from safelaunch.report_json import job_record, write_report
 
     place = membership.placement
     mine = node_summary(report, outcome, diagnosis, place.node, place.hosts[place.node])

@@ -19,7 +19,7 @@ from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.rendezvous import Placement, assign, fact_mismatches, stops
 from safelaunch.rendezvous.membership import Joined, Membership
 from safelaunch.rendezvous.reach import probe_target
-from safelaunch.report import job_record, report_record
+from safelaunch.report_json import job_record, report_record
 from safelaunch.slurm import first_host, in_step, node_name, slurm_defaults, slurm_unread
 from safelaunch.supervisor import AttemptRecord, RankExit
 from safelaunch.supervisor.teardown import TeardownCause

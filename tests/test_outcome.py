@@ -18,7 +18,8 @@ from safelaunch.plan import LaunchPlan, RunIdentity
 from safelaunch.ranktext import ranks_label
 from safelaunch.rendezvous import stops
 from safelaunch.rendezvous.stops import NodeStop
-from safelaunch.report import render_summary, report_record
+from safelaunch.report import render_summary
+from safelaunch.report_json import report_record
 from safelaunch.supervisor import AttemptRecord, RankExit
 from safelaunch.supervisor.teardown import TeardownCause
 from safelaunch.vocab import CLASSES

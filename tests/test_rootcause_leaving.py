@@ -21,7 +21,8 @@ from test_fault_zoo import _cause_block, _explained
 from safelaunch.diagnose import hang_class
 from safelaunch.diagnose.leaving import Leave, leave_from_record, leave_record, read_leaves
 from safelaunch.diagnose.rootcause import RankEvidence, find_root_cause
-from safelaunch.hangs.analysis import HangAnalysis, Whereabouts, uneven_reason
+from safelaunch.hangs.analysis import HangAnalysis, Whereabouts
+from safelaunch.hangs.loops import uneven_reason
 from safelaunch.rank import beat, names
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"

@@ -14,7 +14,8 @@ from safelaunch.diagnose import diagnose
 from safelaunch.diagnose.match import cause, matches, non_finite_loss
 from safelaunch.diagnose.signatures import SIGNATURES
 from safelaunch.outcome import AttemptStatus, Outcome, RankEnding, RankResult
-from safelaunch.report import REPORT_SCHEMA, render_summary, report_record
+from safelaunch.report import render_summary
+from safelaunch.report_json import REPORT_SCHEMA, report_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 PATTERNED = [s for s in SIGNATURES if s.patterns]

@@ -78,7 +78,7 @@ def hang_class(hang: HangAnalysis) -> FailureClass:
     rank does alike); unknown when a culprit is stuck in its own code: its stack, not the
     network, is the lead."""
     if hang.uneven:
-        from safelaunch.hangs.analysis import UNEVEN_ITERATIONS
+        from safelaunch.hangs.loops import UNEVEN_ITERATIONS
 
         return UNEVEN_ITERATIONS.klass
     from safelaunch.hangs.analysis import place_class
@@ -148,7 +148,8 @@ def diagnose(
     )
     from safelaunch.diagnose.rootcause import find_root_cause, follow_verdict
     from safelaunch.flights.forensics import for_attempt
-    from safelaunch.hangs.analysis import UNEVEN_ITERATIONS, analyse_hang, where_they_were
+    from safelaunch.hangs.analysis import analyse_hang, where_they_were
+    from safelaunch.hangs.loops import UNEVEN_ITERATIONS
 
     exits = read_exits(heartbeat_dir)  # the ranks' exit records, read once
     lingering, threads = lingering_of(exits), thread_places(exits)

@@ -17,7 +17,7 @@ from safelaunch.isolation.reruns import Planned, detail_safe, failure_point, pla
 from safelaunch.isolation.verdicts import Seen, Verdict, judge
 from safelaunch.outcome import AttemptStatus
 from safelaunch.plan import LaunchPlan, build_plan
-from safelaunch.report import write_report
+from safelaunch.report_json import write_report
 from safelaunch.rundir import report_file
 from safelaunch.rundir.writing import shown_path
 from safelaunch.supervisor import open_attempt_logs
