@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -28,6 +27,9 @@ import time
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from loopback import free_port
 
 PYTHON = sys.executable
 # keep-alive 5 s: torch drops a node waiting to join whose beat is older (2 s is too tight
@@ -106,7 +108,7 @@ def run(name: str, scenario: str, limit: float) -> None:
         where = Path(text)
         (where / "job.py").write_text(JOB)
         (where / "ready").mkdir()
-        port = random.randint(20000, 45000)
+        port = free_port()
         procs = []
         for node in range(3 if scenario == "lost" else 2):
             procs.append(start(name, port, node, where, scenario))

@@ -42,6 +42,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from loopback import free_port
+
 PYTHON = sys.executable
 SAFELAUNCH = [str(Path(PYTHON).with_name("safelaunch"))]  # what users type, as torchrun
 TORCHRUN = [str(Path(PYTHON).with_name("torchrun"))]
@@ -177,7 +180,7 @@ def launch(
     conf: str | None = FAST,
 ) -> list[Node]:
     """`nodes` launchers; `conf` their --rdzv-conf (None: torch's defaults)."""
-    port = random.randint(20000, 45000)
+    port = free_port()
     base = SAFELAUNCH if ours else TORCHRUN
     started = []
     for n in range(nodes):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import signal
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import LONG, assert_no_orphans, start, worker
+from loopback import free_port
 
 pytestmark = pytest.mark.slow
 JOB = worker("elastic.py")
@@ -68,7 +68,7 @@ def _report(tmp_path: Path, launcher: int, attempt: int) -> dict:  # type: ignor
 
 
 def test_a_lost_node_leaves_the_others_training_on(tmp_path: Path) -> None:
-    port = random.randint(20000, 45000)
+    port = free_port()
     started = []
     for n in range(3):
         where = tmp_path / f"node{n}"
@@ -111,7 +111,7 @@ def _node(tmp_path: Path, port: int, n: int, finish: str) -> tuple:  # type: ign
 
 
 def test_a_node_that_starts_late_is_admitted_at_the_next_round(tmp_path: Path) -> None:
-    port = random.randint(20000, 45000)
+    port = free_port()
     started = [_node(tmp_path, port, n, finish="0:3") for n in range(2)]
     _wait_ready(tmp_path, 2, [p for p, _ in started], group="0-2")
     began = time.monotonic()
@@ -151,7 +151,7 @@ def test_a_node_that_starts_late_is_admitted_at_the_next_round(tmp_path: Path) -
 @LONG  # ~60 s: each half is in CI above (a lost node; a node that starts late)
 def test_down_to_min_and_back_up_in_one_job(tmp_path: Path) -> None:
     """3 nodes; one killed: 2 go on (a restart); a fresh one starts: 3 finish (not one)."""
-    port = random.randint(20000, 45000)
+    port = free_port()
     started = [_node(tmp_path, port, n, finish="1:3") for n in range(3)]
     procs = [proc for proc, _ in started]
     _wait_ready(tmp_path, 3, procs)

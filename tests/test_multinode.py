@@ -13,14 +13,11 @@ from pathlib import Path
 import builders
 import pytest
 from conftest import assert_no_orphans, start, worker
+from loopback import free_port
 
 pytestmark = pytest.mark.slow
 JOB = worker("multinode.py")
 FAST = "keep_alive_interval=1,keep_alive_max_attempt=3"  # a lost node: within ~10 s (the floor)
-
-
-def _port() -> int:
-    return random.randint(20000, 45000)
 
 
 def _start(tmp_path: Path, node: int, flags: list[str], env: dict[str, str] | None = None):
@@ -67,7 +64,7 @@ def _report(tmp_path: Path, node: int, attempt: int = 0) -> dict:
 
 
 def test_two_nodes_train_with_torchruns_rank_assignment(tmp_path: Path) -> None:
-    results = _two_nodes(tmp_path, _c10d(_port()))
+    results = _two_nodes(tmp_path, _c10d(free_port()))
     for node, (code, out, err) in enumerate(results):
         assert code == 0, err
         for local in (0, 1):
@@ -80,7 +77,7 @@ def test_two_nodes_train_with_torchruns_rank_assignment(tmp_path: Path) -> None:
 
 
 def test_static_rendezvous(tmp_path: Path) -> None:
-    port = _port()
+    port = free_port()
 
     def flags(node: int) -> list[str]:
         return [
@@ -99,7 +96,7 @@ def test_static_rendezvous(tmp_path: Path) -> None:
 
 
 def test_a_rank_failing_on_one_node_restarts_every_node(tmp_path: Path) -> None:
-    results = _two_nodes(tmp_path, _c10d(_port(), "--max-restarts=1"), env={"FAIL_RANK": "3"})
+    results = _two_nodes(tmp_path, _c10d(free_port(), "--max-restarts=1"), env={"FAIL_RANK": "3"})
     assert [code for code, _, _ in results] == [0, 0], results[0][2]
     for node in (0, 1):
         first = _report(tmp_path, node, 0)["job"]
@@ -109,7 +106,7 @@ def test_a_rank_failing_on_one_node_restarts_every_node(tmp_path: Path) -> None:
 
 
 def test_the_first_node_names_the_culprit_on_another_node(tmp_path: Path) -> None:
-    results = _two_nodes(tmp_path, _c10d(_port()), env={"FAIL_RANK": "3"})
+    results = _two_nodes(tmp_path, _c10d(free_port()), env={"FAIL_RANK": "3"})
     assert [code for code, _, _ in results] == [1, 1]  # the root cause's code on every node
     node0 = results[0][2]
     assert "job (2 nodes): FAILED on node 1" in node0
@@ -118,7 +115,7 @@ def test_the_first_node_names_the_culprit_on_another_node(tmp_path: Path) -> Non
 
 
 def test_a_hang_is_placed_on_the_node_where_the_culprit_is(tmp_path: Path) -> None:
-    results = _two_nodes(tmp_path, _c10d(_port(), "--hang-timeout=3"), env={"HANG_RANK": "3"})
+    results = _two_nodes(tmp_path, _c10d(free_port(), "--hang-timeout=3"), env={"HANG_RANK": "3"})
     assert [code for code, _, _ in results] == [124, 124], results[0][2]
     for _, _, err in results:  # the job's verdict, weighed from both nodes' evidence
         assert "job (2 nodes): HUNG: culprit: rank 3 (node 1, host " in err, err
@@ -148,7 +145,7 @@ LONG = pytest.mark.skipif(
 def test_a_finished_node_waits_for_a_late_one_and_both_succeed(
     tmp_path: Path, gap: int, conf: list[str]
 ) -> None:
-    port = _port()
+    port = free_port()
 
     def flags(node: int) -> list[str]:
         shared = [f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=late", *conf, JOB]
@@ -177,7 +174,7 @@ def test_a_launcher_starved_past_the_bound_stops_its_ranks_when_it_runs_again(
     When node 1's launcher runs again it must stop its ranks and end too, although none of
     them failed (with --hang-timeout 0 nothing else would end them: 16 nodes on 2 cores
     waited so for ever in bench/scale.py)."""
-    port = _port()
+    port = free_port()
     started = [
         _start(
             tmp_path,
@@ -215,7 +212,7 @@ def _wait_ready(tmp_path: Path, ranks: int, procs) -> None:
 
 
 def test_a_killed_node_is_reported_by_the_other_within_the_bound(tmp_path: Path) -> None:
-    port = _port()
+    port = free_port()
     started = [
         # node 0 hosts the rendezvous store: the node killed is the one that does not
         _start(tmp_path, n, _c10d(port, f"--rdzv-conf={FAST},is_host={1 - n}")(n), {"FOREVER": "1"})
@@ -248,7 +245,7 @@ def test_a_killed_node_is_reported_by_the_other_within_the_bound(tmp_path: Path)
 
 def test_a_version_mismatch_stops_every_node_before_training(tmp_path: Path) -> None:
     fixtures = Path(__file__).parent / "fixtures" / "inventories"
-    port = _port()
+    port = free_port()
     started = [
         _start(
             tmp_path,
@@ -297,7 +294,7 @@ def test_no_flags_inside_slurm(tmp_path: Path) -> None:
 
 
 def test_scancel_sigterm_on_every_node_ends_the_job_as_slurm_expects(tmp_path: Path) -> None:
-    port = _port()
+    port = free_port()
     started = [_start(tmp_path, n, _c10d(port)(n), {"FOREVER": "1"}) for n in (0, 1)]
     procs = [proc for proc, _ in started]
     _wait_ready(tmp_path, 4, procs)
@@ -312,7 +309,7 @@ def test_scancel_sigterm_on_every_node_ends_the_job_as_slurm_expects(tmp_path: P
 
 def test_a_node_stopped_by_a_peers_interrupt_is_interrupted_too(tmp_path: Path) -> None:
     """scancel reaching node 1 first: node 0 stops on node 1's announcement alone."""
-    port = _port()
+    port = free_port()
     started = [_start(tmp_path, n, _c10d(port)(n), {"FOREVER": "1"}) for n in (0, 1)]
     procs = [proc for proc, _ in started]
     _wait_ready(tmp_path, 4, procs)
@@ -326,7 +323,7 @@ def test_a_node_stopped_by_a_peers_interrupt_is_interrupted_too(tmp_path: Path) 
 
 
 def test_elastic_node_count_takes_whoever_joins_up_to_max(tmp_path: Path) -> None:
-    port = _port()
+    port = free_port()
 
     def flags(node: int) -> list[str]:
         return [*_c10d(port)(node)[:1], "--nnodes=1:2", *_c10d(port)(node)[1:]]
@@ -344,7 +341,7 @@ def test_an_unreachable_store_is_said_within_seconds_with_what_was_tried(
     The bound is the feature (torch alone says nothing until its timeout): the line
     comes ~3 s after the wait begins, asserted with a wide margin for a loaded machine.
     """
-    port = _port()
+    port = free_port()
     flags = ["--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1", f"--master-port={port}"]
     proc, mark = _start(
         tmp_path, 1, [*flags, "--rdzv-conf=join_timeout=30", "--nproc-per-node=1", JOB]
@@ -385,7 +382,7 @@ def test_every_node_prints_the_same_job_verdict_naming_a_rank_stuck_on_one(
     """4 nodes x 2 ranks, one rank (drawn) asleep before a collective: each node judged only
     its own ranks, and six of eight ranks' nodes saw nothing odd; the job verdict is one."""
     nodes, culprit = 4, random.Random(24).randrange(8)
-    port = _port()
+    port = free_port()
 
     def flags(node: int) -> list[str]:
         return ["--nnodes=4", *_c10d(port, "--hang-timeout=3")(node)[1:]]
@@ -421,7 +418,7 @@ def test_four_nodes_print_one_verdict_for_a_failing_rank_or_a_lost_node(
     from safelaunch.launch import MULTINODE_NO_RERUN
 
     rng = random.Random(f"four-{kind}-{os.getpid()}")
-    nodes, port = 4, _port()
+    nodes, port = 4, free_port()
 
     def flags(node: int) -> list[str]:
         # node 0 hosts the rendezvous store, so a lost node is never the store's

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 from conftest import LONG, LiveJob, assert_no_orphans, start, status, wait_for, worker
+from loopback import free_port
 
 from safelaunch import exitcodes
 
@@ -90,7 +90,7 @@ def test_no_run_is_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_two_nodes_node_0_shows_every_node_node_1_its_own(tmp_path: Path) -> None:
     """Only node 0 reads every node's snapshot through the store (O(N) in all, issue 29);
     node 1's launcher says where to look (its `node 1 of 2` line)."""
-    port = random.randint(20000, 45000)
+    port = free_port()
     started = []
     (tmp_path / "pids").mkdir()
     for node in (0, 1):
