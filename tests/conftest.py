@@ -6,9 +6,11 @@ import contextlib
 import fcntl
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,9 +28,11 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 # Every mark of this pytest run starts with it, so that the reaper can find them all.
 # A pytest run by a test (test_leaks.py) is handed its prefix.
 SESSION = os.environ.get("SAFELAUNCH_TEST_SESSION") or uuid.uuid4().hex[:12]
-# The marks handed out and the sessions of the launchers started since the last sweep.
+# The marks handed out, the sessions of the launchers started and the directories they
+# ran from, since the last sweep.
 _marks: set[str] = set()
 _sessions: set[int] = set()
+_dirs: set[Path] = set()
 
 # A suite started in the background (`.ci/run &`, nohup, a CI runner) inherits SIGINT
 # ignored, and so does every launcher it starts: Python then keeps it ignored, the CLI
@@ -70,6 +74,7 @@ def marked_env(
     """The environment for a launch, carrying a mark every descendant inherits."""
     mark = f"{SESSION}-{uuid.uuid4().hex}"
     _marks.add(mark)
+    _dirs.add(tmp_path)
     env = {
         k: v
         for k, v in os.environ.items()
@@ -246,21 +251,38 @@ def _no_process_outlives_its_test() -> Iterator[None]:
     """
     _wider_marks.update(_marks)
     _wider_sessions.update(_sessions)
+    _wider_dirs.update(_dirs)
     _marks.clear()
     _sessions.clear()
+    _dirs.clear()
     yield
-    _sweep(_marks, _sessions)
+    _sweep(_marks, _sessions, _dirs)
 
 
-def _sweep(marks: set[str], sessions: set[int]) -> None:
+def _sweep(marks: set[str], sessions: set[int], dirs: set[Path]) -> None:
     if marks or sessions:
         leaks.sweep(leaks.exact(marks), sessions)
+    _remove_private_dirs(dirs)
     marks.clear()
     sessions.clear()
+    dirs.clear()
+
+
+def _remove_private_dirs(dirs: set[Path]) -> None:
+    """The private directories (launch.new_run: <tmp>/safelaunch-<run id>-*) of launchers
+    that a sweep SIGKILLed with their keepers, which removes it on every other end: three
+    were left in /tmp by each run of the suite. By the run ids of the runs under `dirs`."""
+    for where in dirs:
+        with contextlib.suppress(OSError):
+            for attempt in where.rglob("attempt_0"):
+                run_id = attempt.parent.name
+                for private in Path(tempfile.gettempdir()).glob(f"safelaunch-{run_id}-*"):
+                    shutil.rmtree(private, ignore_errors=True)
 
 
 _wider_marks: set[str] = set()
 _wider_sessions: set[int] = set()
+_wider_dirs: set[Path] = set()
 _reaper: list[int] = []
 
 
@@ -271,9 +293,10 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)  # after pytest's own, which tears the fixtures down
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Also after Ctrl-C (KeyboardInterrupt skips the running test's teardown)."""
-    _sweep(_marks | _wider_marks, _sessions | _wider_sessions)
+    _sweep(_marks | _wider_marks, _sessions | _wider_sessions, _dirs | _wider_dirs)
     _marks.clear()
     _sessions.clear()
+    _dirs.clear()
     leaks.sweep(leaks.prefixed(SESSION))
     for fd in _reaper:
         os.write(fd, leaks.DONE)
