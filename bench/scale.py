@@ -4,7 +4,9 @@
         [--nproc 2] [--repeat 1] [--seconds 60 | --smoke] [--ranks 2,4,8] [--workers 0,2,4]
 
 - rdzv: launch to first step (every rank past init_process_group and one barrier) and to
-  the end, noop ranks; safelaunch / torchrun ratio.
+  the end, noop ranks; safelaunch / torchrun ratio. With --repeat N >= 2, each turn's
+  ratio and their median with its sign-test interval: "slower" only when the whole
+  interval lies above 1 (one turn moves +-10 % on a shared VM).
 - start: launch to first step in figures load does not disturb, per node: the CPU of
   its whole tree and of its ranks, safelaunch's store operations before the spawn, and
   the time from the node's placement to its first rank's script (both launchers).
