@@ -34,8 +34,9 @@ if TYPE_CHECKING:  # loaded once the ranks run (JUDGING); multi-node only (Membe
 # (view: report.html, written at the end) (~20 ms of imports, most of it creating their
 # dataclasses). Loaded while the first attempt's ranks start rather than before they do
 # or after they end: the import then overlaps their start instead of delaying the launch
-# (launch cost, bench/vs_torchrun.py). tests/test_import_cost.py keeps them off the path
-# to the first spawn.
+# (launch cost, bench/vs_torchrun.py); a multi-node launch loads them earlier, while
+# torch's rendezvous waits for the other nodes (launch._load_attempt).
+# tests/test_import_cost.py keeps them off the path to the first spawn.
 JUDGING = (
     "safelaunch.outcome",
     "safelaunch.diagnose",
