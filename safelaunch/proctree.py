@@ -20,7 +20,7 @@ pass FORGET_AFTER seconds after the last one reads everything again.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
@@ -54,7 +54,7 @@ class TreeScan(Generic[_T]):
             if pid not in self._outside and (got := self._read(pid)) is not None:
                 found[pid] = got
         tops = [root for root in roots if root in found]
-        inside = {*tops, *_reach(found, tops)}
+        inside = {*tops, *reach(found, tops)}
         settled: dict[int, bool] = {}
         newly = {pid for pid in found.keys() - inside if self._settled(pid, found, settled)}
         self._outside = self._outside.intersection(listed) | newly
@@ -89,13 +89,9 @@ def _proc_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def below(tree: dict[int, tuple[int, _T]], root: int) -> list[int]:
-    """The descendants of `root` in a scan's result, `root` not included."""
-    return _reach(tree, [root])
-
-
-def _reach(tree: dict[int, tuple[int, _T]], tops: list[int]) -> list[int]:
-    """Every descendant of `tops` by the parents in `tree`, `tops` not included."""
+def reach(tree: Mapping[int, tuple[int, object]], tops: Iterable[int]) -> list[int]:
+    """Every descendant of `tops` by the parents in `tree` (pid -> (parent, anything): a
+    scan's result, or one pass's), `tops` not included."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in tree.items():
         children.setdefault(parent, []).append(pid)

@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from safelaunch.proctree import TreeScan, below
+from safelaunch.proctree import TreeScan, reach
 from safelaunch.rundir.heartbeat_file import Beat
 
 CPU_SHARE = 0.05  # CPU seconds per wall second (5% of one core) that count as work
@@ -105,7 +105,7 @@ class TreeSampler:
         for rank, root in roots.items():
             if root not in found:
                 continue
-            tree = below(found, root)
+            tree = reach(found, [root])
             _, (_, own, reaped) = found[root]
             usage[rank] = TreeCounters(
                 own_cpu=own,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safelaunch.plan import TOKEN_VAR
-from safelaunch.proctree import TreeScan
+from safelaunch.proctree import TreeScan, reach
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -94,7 +94,7 @@ def descendants(root: int) -> dict[int, ProcessIdentity]:
 def left_behind(recorded: dict[int, ProcessIdentity], sessions: set[int]) -> set[int]:
     """Live processes recorded while the launcher lived (same start time: not a reused pid),
     anything in a session one of them led, and their descendants now."""
-    children: dict[int, list[int]] = {}
+    tree: dict[int, tuple[int, ProcessIdentity]] = {}
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -103,16 +103,10 @@ def left_behind(recorded: dict[int, ProcessIdentity], sessions: set[int]) -> set
         now = identity(pid)
         if now is None or pid == os.getpid():
             continue
-        children.setdefault(now[0], []).append(pid)
+        tree[pid] = now
         if recorded.get(pid) == now[1] or now[1].session in sessions:
             found.add(pid)
-    stack = list(found)
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
+    return found.union(reach(tree, found))
 
 
 def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ()) -> set[int]:
@@ -124,7 +118,7 @@ def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ())
     """
     needle = f"{TOKEN_VAR}={token}".encode()
     skip = set(exclude) | {os.getpid()}
-    children: dict[int, list[int]] = {}
+    tree: dict[int, tuple[int, None]] = {}
     found = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -133,16 +127,11 @@ def job_processes(token: str, *, below: int | None, exclude: Iterable[int] = ())
         stat = _stat(pid)
         if stat is None or stat[0] == b"Z" or pid in skip:
             continue
-        children.setdefault(stat[1], []).append(pid)
+        tree[pid] = (stat[1], None)
         with contextlib.suppress(OSError):  # gone, or not ours to read
             if needle in _read(f"/proc/{name}/environ").split(b"\0"):
                 found.add(pid)
-    stack = list(children.get(below, [])) if below is not None else []
-    while stack:
-        pid = stack.pop()
-        found.add(pid)
-        stack.extend(children.get(pid, []))
-    return found
+    return found.union(reach(tree, [below])) if below is not None else found
 
 
 def process_state(pid: int) -> str:
