@@ -10,6 +10,8 @@ collector nor skip the exit.
   their dataclasses set off ~35 young and ~3 middle collections, ~6 ms of a 4-rank
   launch's CPU, that found little) and while a script is parsed or the judging modules
   import; reference counting still frees everything.
+- A library that stays loaded, torch for a multi-node rendezvous, imports with the
+  collector paused and is frozen afterwards (`paused(keep=True)`).
 - The interpreter's own exit (module teardown, a full collection: 17-18 ms of every
   launch) is skipped once the code is decided and nothing is left for it to do.
 """
@@ -26,8 +28,13 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 
+_bent = False  # pause_collector ran: the commands run as `safelaunch`, not in-process
+
+
 def pause_collector() -> None:
     """No collection until settled(): a launch or a subcommand calls it after its imports."""
+    global _bent
+    _bent = True
     gc.disable()
 
 
@@ -49,11 +56,23 @@ class paused:
 
     A class rather than contextlib.contextmanager: entry.py imports this module before
     the CLI's Ctrl-C guard is up, and contextlib would lengthen that window.
+
+    `keep`: inside, a library that stays loaded to the end imports (torch, for a
+    multi-node rendezvous), and what it made is frozen afterwards. torch's rendezvous
+    modules make ~270,000 tracked objects: the collections during their import find
+    little (~60 ms of its ~1.05 s of CPU) and every full collection after it walks them
+    all (~50 ms each); frozen, they are out of both (docs/launch-cost.md). Only where
+    entry.py bent the interpreter: run in-process (tests), that is a plain import.
     """
+
+    def __init__(self, *, keep: bool = False) -> None:
+        self._keep = keep
 
     def __enter__(self) -> None:
         self._enabled = gc.isenabled()
-        gc.disable()
+        self._bend = not self._keep or (_bent and self._enabled)
+        if self._bend:
+            gc.disable()
 
     def __exit__(
         self,
@@ -61,7 +80,9 @@ class paused:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._enabled:
+        if self._bend and self._keep:
+            gc.freeze()
+        if self._bend and self._enabled:
             gc.enable()
 
 

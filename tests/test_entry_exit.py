@@ -85,6 +85,25 @@ def test_the_collector_paused_for_the_imports_runs_again_after_them() -> None:
     assert out.split("\n")[:4] == ["True 0", "True True", "False", "False"]
 
 
+def test_a_library_that_stays_loaded_imports_unpaused_in_process_and_frozen_when_bent() -> None:
+    code = (
+        "import gc; from safelaunch import interpreter\n"
+        "with interpreter.paused(keep=True): print(gc.isenabled())\n"  # in-process: a plain import
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+        "interpreter.pause_collector(); interpreter.settled(); made = gc.get_freeze_count()\n"
+        "with interpreter.paused(keep=True):\n"
+        "    print(gc.isenabled()); kept = [[] for _ in range(99)]\n"
+        "print(gc.isenabled(), gc.get_freeze_count() >= made + 99)\n"
+        "gc.disable()\n"
+        "with interpreter.paused(keep=True): pass\n"  # paused around it: left as it was
+        "print(gc.isenabled())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split("\n")[:5] == ["True", "True 0", "False", "True True", "False"]
+
+
 # A real signal, sent while the CLI imports: a finder asked for safelaunch.cli sends it
 # (the handler runs at the next bytecode, inside that import), then lets the import go on.
 SIGNALLED_WHILE_IMPORTING = """

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from safelaunch import defaults
 from safelaunch.config import LaunchConfig, RdzvBackend
 from safelaunch.errors import RendezvousError
+from safelaunch.interpreter import paused
 from safelaunch.rendezvous.keyvalue import Joined
 
 STATIC_DEFAULT_PORT = 29500  # torchrun's --master-port default
@@ -176,18 +177,19 @@ def rendezvous(
     `meanwhile`: the launcher's own work, done while torch's rendezvous waits for the other
     nodes (on_fresh_thread)."""
     quiet_torch_logs()
-    try:
-        from torch.distributed import PrefixStore  # type: ignore[attr-defined]
-        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
-    except Exception as exc:  # torch missing or broken: multi-node cannot start
-        raise RendezvousError(
-            f"multi-node launch needs torch in the launcher's environment: {exc}",
-            "install torch (pip install torch), or run safelaunch doctor",
-        ) from None
-    try:
-        handler = get_rendezvous_handler(_parameters(config))
-    except Exception as exc:
-        raise _failed(config, exc) from None
+    with paused(keep=True):  # torch stays loaded (interpreter.py)
+        try:
+            from torch.distributed import PrefixStore  # type: ignore[attr-defined]
+            from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+        except Exception as exc:  # torch missing or broken: multi-node cannot start
+            raise RendezvousError(
+                f"multi-node launch needs torch in the launcher's environment: {exc}",
+                "install torch (pip install torch), or run safelaunch doctor",
+            ) from None
+        try:  # the c10d handler imports its backend and dynamic_rendezvous here
+            handler = get_rendezvous_handler(_parameters(config))
+        except Exception as exc:
+            raise _failed(config, exc) from None
     return _round(config, handler, PrefixStore, meanwhile)
 
 

@@ -21,13 +21,12 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from safelaunch.hangs.rhythm import Deadline
 from safelaunch.plan import DUMP_SIGNAL, LaunchPlan
 from safelaunch.rendezvous.live_exchange import Shared, hang_said
-from safelaunch.rundir import heartbeat_file, live_file
+from safelaunch.rundir import live_file
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.rundir.writing import Writer
 from safelaunch.supervisor.watchers import PeerHang
@@ -61,8 +60,8 @@ class RankNow:
     local_rank: int
     pid: int | None
     spawned_at: float | None  # wall clock; None: never started
-    heartbeat_file: Path
     bootstrapped: bool
+    beat: Beat | None  # its heartbeat record now; None when not bootstrapped or not written
     last_output: float | None
     returncode: int | None  # None while it runs
     ended_at: float | None  # wall clock
@@ -217,7 +216,7 @@ class LiveState:
         }
 
     def _rank(self, now: float, rank: RankNow) -> dict[str, Any]:
-        beat = heartbeat_file.read(rank.rank, rank.heartbeat_file) if rank.bootstrapped else None
+        beat = rank.beat
         if beat is None:  # not written yet, or caught being replaced: the last one stands
             beat = self._beats.get(rank.rank)
         else:
