@@ -74,3 +74,34 @@ def test_a_signal_during_diagnosis_stops_its_torch_subprocess_at_once(tmp_path: 
         signals._stop_requested = False
     print(f"Ctrl-C latency during the diagnosis's flight-record check: {latency:.3f} s")
     assert latency < 1.0
+
+
+def test_a_signal_wakes_the_supervision_loop_whatever_its_monitor_interval(
+    tmp_path: Path,
+) -> None:
+    # The loop sleeps until a rank ends, a signal comes or a look is due: with a 30 s
+    # --monitor-interval, a SIGTERM to the launcher alone still reaches the rank at once.
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc, mark = start(
+        tmp_path,
+        "--monitor-interval=30",
+        "--nproc-per-node=1",
+        worker("sleeper.py"),
+        env={"PIDS_DIR": str(pids)},
+        text=True,
+    )
+    until = time.monotonic() + 60
+    while not (pids / "rank0").exists() and time.monotonic() < until and proc.poll() is None:
+        time.sleep(0.05)
+    assert (pids / "rank0").exists(), proc.communicate()
+    time.sleep(0.5)  # the rank's script runs; the loop is asleep
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    latency = _latency(proc, sent)
+    _, err = proc.communicate()
+    print(f"SIGTERM latency with --monitor-interval=30: {latency:.3f} s")
+    assert proc.returncode == 143, err
+    assert "received SIGTERM" in err
+    assert latency < BOUND_S
+    assert_no_orphans(mark, within=2.0)

@@ -23,6 +23,7 @@ from safelaunch.supervisor.watchers import (
     Throttle,
     TimeboxWatch,
     Watcher,
+    idle_wait,
     poll_all,
 )
 
@@ -265,3 +266,19 @@ def test_throttled_watchers_share_one_throttle_and_the_first_reason_wins() -> No
         ("hang", 1.0),  # fires: the time-box watcher is not asked
     ]
     assert [r is not None for r in results] == [False, False, False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("monitor", "paces", "wait"),
+    [
+        (0.1, [0.5, 1.0, 0.5], 0.25),  # the defaults: hang throttle, live state, other nodes
+        (0.1, [0.1, 0.2], 0.1),  # a short heartbeat: never more often than the interval
+        (5.0, [0.5, 1.0], 5.0),  # the user's longer interval wins
+        (0.1, [], 0.5),  # nothing to look at: exits and signals wake it; still every 0.5 s
+        (0.1, [30.0], 0.5),
+    ],
+)
+def test_the_loop_sleeps_half_its_shortest_look_pace_never_below_the_monitor_interval(
+    monitor: float, paces: list[float], wait: float
+) -> None:
+    assert idle_wait(monitor, paces) == pytest.approx(wait)

@@ -41,6 +41,10 @@ class AdmitWatch:
         self._clock = clock
         self._next = clock() + every
 
+    @property
+    def pace(self) -> float:
+        return min(self._every, self._nodes.pace)
+
     def poll(self) -> NodeStop | None:
         stop = self._nodes.poll()
         if stop is not None:

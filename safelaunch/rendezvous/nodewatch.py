@@ -28,6 +28,10 @@ class NodeWatch:
         self._next = 0.0
         self.announced = False
 
+    @property
+    def pace(self) -> float:
+        return self._every
+
     def poll(self) -> NodeStop | None:
         """Why this node's ranks must stop now, or None."""
         now = time.monotonic()

@@ -20,6 +20,10 @@ from safelaunch.supervisor.teardown import TeardownCause
 class PeerWatch(Protocol):
     """Multi-node: the other nodes, as the supervisor sees them (safelaunch.rendezvous)."""
 
+    @property
+    def pace(self) -> float:
+        """Seconds between two of poll()'s looks at the store (it returns at once between)."""
+
     def poll(self) -> NodeStop | None:
         """Why this node must stop its ranks now (another node stopped, or vanished)."""
 

@@ -110,6 +110,11 @@ class LiveState:
         except OSError:
             self._write = lambda _path, _text: False  # no run directory: status has nothing
 
+    @property
+    def every(self) -> float:
+        """Seconds between two snapshots."""
+        return self._every
+
     def due(self, now: float) -> bool:
         return now >= self._next
 

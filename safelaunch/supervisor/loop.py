@@ -39,15 +39,16 @@ from safelaunch.supervisor.teardown import SignalAct, TeardownCause
 from safelaunch.supervisor.watchers import (
     Clock,
     HangWatch,
-    PeerHang,
     PeerWatcher,
     StopReason,
     SystemClock,
     Throttle,
     TimeboxWatch,
     Watcher,
+    idle_wait,
     peer_stop,
     poll_all,
+    unheard,
 )
 from safelaunch.supervisor.workers import Workers
 
@@ -122,10 +123,12 @@ class _Attempt:
         # hang and time-box checks read files: at most twice per heartbeat interval
         self._throttle = Throttle(max(0.1, plan.heartbeat_interval / 2))
         self._hang_watch: HangWatch | None = None
+        self._idle = idle_wait(plan.monitor_interval, self._paces())
         self._every_tick, self._throttled = self._watchers()
 
     def run(self, while_ranks_start: Callable[[], None] | None = None) -> AttemptRecord:
         strays = 0
+        woke, self._signals.wake = self._signals.wake, self._workers.wake
         try:
             self._workers.start()
             if while_ranks_start is not None:
@@ -142,6 +145,7 @@ class _Attempt:
             kill_everything(self._workers.started.values(), self._plan.run.token, self._keeper)
             raise
         finally:
+            self._signals.wake = woke
             self._workers.stop_threads()
         return AttemptRecord(
             plan=self._plan,
@@ -163,7 +167,8 @@ class _Attempt:
 
     def _watch(self) -> None:
         while not self._workers.all_ended():
-            self._workers.collect(self._plan.monitor_interval)
+            # stopping: at the monitor interval, for the SIGKILL deadline
+            self._workers.collect(self._idle if self._td.running else self._plan.monitor_interval)
             reap_strays(keep=set(self._workers.pids()) | self._keeper)
             self._act_on_signals()
             if self._td.running and (first := self._workers.first_failure()) is not None:
@@ -296,6 +301,16 @@ class _Attempt:
 
     # --- watchers -------------------------------------------------------------
 
+    def _paces(self) -> list[float]:
+        """How often the loop's own looks are due (idle_wait)."""
+        paces = (
+            [self._throttle.every]
+            if self._plan.hang_timeout > 0 or self._plan.rerun is not None
+            else []
+        )
+        paces += [self._live.every] if self._live is not None else []
+        return paces + ([self._peers.pace] if self._peers is not None else [])
+
     def _watchers(self) -> tuple[list[Watcher], list[Watcher]]:
         """Polled every tick (another node's news), and at the shared throttle's pace."""
         every_tick: list[Watcher] = []
@@ -305,7 +320,7 @@ class _Attempt:
                 PeerWatcher(clock=self._clock, peers=self._peers, progress=self._signs.progress)
             )
         if self._plan.hang_timeout > 0:
-            peers = self._live.peer_hangs if self._live is not None else _unheard(self._plan)
+            peers = self._live.peer_hangs if self._live is not None else unheard(self._plan)
             hang = HangWatch(
                 clock=self._clock,
                 progress=self._signs.progress,
@@ -313,7 +328,7 @@ class _Attempt:
                 sample_every=max(ACTIVITY_EVERY, self._plan.heartbeat_interval),
                 timeout=self._plan.hang_timeout,
                 interval=self._plan.heartbeat_interval,
-                pace=self._plan.monitor_interval + self._throttle.every,
+                pace=self._idle + self._throttle.every,
                 auto=self._plan.hang_auto,
                 peers=peers if self._peers is not None and self._plan.hang_auto else None,
             )
@@ -396,9 +411,3 @@ class _Attempt:
     def _where(self) -> tuple[int, int]:
         """(node, attempt) of a stop this node announces (with peers, a plan names its node)."""
         return self._plan.node or 0, self._plan.attempt
-
-
-def _unheard(plan: LaunchPlan) -> Callable[[], dict[int, PeerHang | None]]:
-    """No live state shared (no run directory): no other node is ever heard from."""
-    nodes = int(plan.workers[0].env.get("GROUP_WORLD_SIZE", "1")) if plan.workers else 1
-    return lambda: {n: None for n in range(nodes) if n != (plan.node or 0)}

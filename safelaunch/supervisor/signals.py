@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
@@ -52,6 +52,7 @@ class SignalReceiver:
         self._passed: list[int] = []
         self._merged: list[tuple[int, float]] = []  # (signal, seconds after the first)
         self._first_at: dict[int, float] = {}
+        self.wake: Callable[[], None] = _nothing  # the supervision loop's: act now
 
     def install(self) -> None:
         """Start recording; the previous handlers are kept for restore()."""
@@ -101,6 +102,12 @@ class SignalReceiver:
         return taken
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            self._keep(signum)
+        finally:
+            self.wake()
+
+    def _keep(self, signum: int) -> None:
         if signum in PASSED_ON:
             self._passed.append(signum)
             return
@@ -113,3 +120,7 @@ class SignalReceiver:
         self._pending.append(signum)
         global _stop_requested
         _stop_requested = True
+
+
+def _nothing() -> None:
+    """No loop to wake (before the ranks start, and after)."""

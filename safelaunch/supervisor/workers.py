@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import threading
+from collections import deque
 from pathlib import Path
 
 from safelaunch.console import Console, Level
@@ -42,7 +42,12 @@ class Workers:
         self.tees: dict[int, RankTee] = {}
         self.spawned_at: dict[int, float] = {}  # wall clock
         self.log_problems: list[str] = []
-        self._events: queue.Queue[tuple[int, int, float]] = queue.Queue()
+        # Exits as they come, and a doorbell the loop sleeps on: a raw lock, released
+        # (rung) by whoever has news. A queue's timed get cost ~77 us of CPU a wake
+        # against ~51 us (bench: the loop wakes up to 10 times a second).
+        self._events: deque[tuple[int, int, float]] = deque()
+        self._bell = threading.Lock()
+        self._bell.acquire()
         self._writer = ConsoleWriter(console)
         self._filtered: dict[int, FilteredLog] = {}
 
@@ -95,7 +100,13 @@ class Workers:
 
     def _wait_for(self, started: StartedRank) -> None:
         returncode = started.process.wait()
-        self._events.put((started.spec.rank, returncode, self._clock.monotonic()))
+        self._events.append((started.spec.rank, returncode, self._clock.monotonic()))
+        self.wake()
+
+    def wake(self) -> None:
+        """End collect()'s wait now (a rank ended; the launcher received a signal)."""
+        with contextlib.suppress(RuntimeError):  # rung already, not answered yet
+            self._bell.release()
 
     def _log_error(self, rank: int, path: Path, exc: OSError, offset: int) -> None:
         problem = f"rank {rank}'s log {path} is incomplete after byte {offset}: {exc.strerror}"
@@ -103,19 +114,12 @@ class Workers:
         self._console.say(problem + " (the console still shows its output)", Level.WARNING)
 
     def collect(self, timeout: float) -> None:
-        """Record the exits that arrive within `timeout` (all that are waiting, once one is)."""
-        try:
-            item = self._events.get(timeout=timeout)
-        except queue.Empty:
-            return
-        while True:
-            rank, returncode, ended_at = item
+        """Wait at most `timeout`, less when woken (wake()); record every exit that came."""
+        self._bell.acquire(timeout=timeout)
+        while self._events:
+            rank, returncode, ended_at = self._events.popleft()
             started = self.started[rank]
             self.record_exit(started.spec, started.process.pid, returncode, ended_at=ended_at)
-            try:
-                item = self._events.get_nowait()
-            except queue.Empty:
-                return
 
     def record_exit(
         self,
