@@ -96,9 +96,13 @@ def reach(tree: Mapping[int, tuple[int, object]], tops: Iterable[int]) -> list[i
     for pid, (parent, _) in tree.items():
         children.setdefault(parent, []).append(pid)
     found: list[int] = []
+    seen: set[int] = set()  # each once: a pid reused while /proc was listed can close a loop
     stack = [child for top in tops for child in children.get(top, ())]
     while stack:
         pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
         found.append(pid)
         stack.extend(children.get(pid, ()))
     return found

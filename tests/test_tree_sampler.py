@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from safelaunch.hangs import activity
-from safelaunch.proctree import TreeScan
+from safelaunch.proctree import TreeScan, reach
 
 # A rank that forks a worker when told to (a file appears), and the worker burns CPU.
 RANK = """
@@ -171,3 +171,12 @@ def test_a_process_whose_parent_ended_during_the_pass_is_read_again() -> None:
     reads.clear()
     assert set(scan.scan([10], 0.5)) == {10, 21}
     assert sorted(reads) == [10, 21]  # 1 and 5: known outsiders, not read again
+
+
+def test_reach_names_each_descendant_once_even_when_reused_pids_close_a_loop() -> None:
+    # 10 -> 11 -> 12, and 13 under 12 whose parent, read later, is a reused 11: a loop.
+    tree = {10: (1, None), 11: (10, None), 12: (11, None), 13: (12, None), 14: (13, None)}
+    assert sorted(reach(tree, [10])) == [11, 12, 13, 14]
+    looped = {**tree, 11: (14, None)}  # 11 read again after its pid went to 14's child
+    assert sorted(reach(looped, [12])) == [11, 12, 13, 14]
+    assert sorted(reach(tree, [10, 11])) == [11, 12, 13, 14]  # a top below another: once
