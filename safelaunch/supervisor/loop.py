@@ -36,23 +36,16 @@ from safelaunch.supervisor.procs import reap_strays, signal_group, signal_pids
 from safelaunch.supervisor.rank_signs import RankSigns
 from safelaunch.supervisor.signals import SignalReceiver
 from safelaunch.supervisor.teardown import SignalAct, TeardownCause
+from safelaunch.supervisor.watch_set import watch_set
 from safelaunch.supervisor.watchers import (
     Clock,
-    HangWatch,
-    PeerWatcher,
     StopReason,
     SystemClock,
-    Throttle,
-    TimeboxWatch,
-    Watcher,
-    idle_wait,
     peer_stop,
     poll_all,
-    unheard,
 )
 from safelaunch.supervisor.workers import Workers
 
-ACTIVITY_EVERY = 0.5  # seconds between looks at the ranks' process trees in /proc
 # A multi-node hang: how long a node waits for the others' stacks before it stops its ranks
 # (they poll for the announcement every 0.5 s, then dump); a lost node never answers.
 EVIDENCE_WAIT = 5.0
@@ -120,11 +113,14 @@ class _Attempt:
         self._td = teardown.RUNNING
         self._interrupt: int | None = None
         self._timebox_note: str | None = None
-        # hang and time-box checks read files: at most twice per heartbeat interval
-        self._throttle = Throttle(max(0.1, plan.heartbeat_interval / 2))
-        self._hang_watch: HangWatch | None = None
-        self._idle = idle_wait(plan.monitor_interval, self._paces())
-        self._every_tick, self._throttled = self._watchers()
+        self._watch_set = watch_set(
+            plan=plan,
+            clock=self._clock,
+            signs=self._signs,
+            live=live,
+            peers=peers,
+            started_at=self._t0,
+        )
 
     def run(self, while_ranks_start: Callable[[], None] | None = None) -> AttemptRecord:
         strays = 0
@@ -147,6 +143,7 @@ class _Attempt:
         finally:
             self._signals.wake = woke
             self._workers.stop_threads()
+        hang_watch = self._watch_set.hang
         return AttemptRecord(
             plan=self._plan,
             exits=self._workers.ended(),
@@ -160,7 +157,7 @@ class _Attempt:
             duration=self._clock.monotonic() - self._t0,
             timebox_note=self._timebox_note,
             peer_event=self._peer_event,
-            hang_deadline=self._hang_watch.learned if self._hang_watch is not None else None,
+            hang_deadline=hang_watch.learned if hang_watch is not None else None,
         )
 
     # --- watching -------------------------------------------------------------
@@ -168,7 +165,8 @@ class _Attempt:
     def _watch(self) -> None:
         while not self._workers.all_ended():
             # stopping: at the monitor interval, for the SIGKILL deadline
-            self._workers.collect(self._idle if self._td.running else self._plan.monitor_interval)
+            running = self._td.running
+            self._workers.collect(self._watch_set.idle if running else self._plan.monitor_interval)
             reap_strays(keep=set(self._workers.pids()) | self._keeper)
             self._act_on_signals()
             if self._td.running and (first := self._workers.first_failure()) is not None:
@@ -189,7 +187,8 @@ class _Attempt:
                 for pid in self._workers.pids():
                     signal_group(pid, signal.SIGKILL)
             if self._td.running:
-                reason = poll_all(self._every_tick, self._throttled, self._throttle, now)
+                watching = self._watch_set
+                reason = poll_all(watching.every_tick, watching.throttled, watching.throttle, now)
                 if reason is not None:
                     self._stop(reason)
             if self._live is not None and self._live.due(self._clock.wall()):
@@ -301,48 +300,6 @@ class _Attempt:
 
     # --- watchers -------------------------------------------------------------
 
-    def _paces(self) -> list[float]:
-        """How often the loop's own looks are due (idle_wait)."""
-        paces = (
-            [self._throttle.every]
-            if self._plan.hang_timeout > 0 or self._plan.rerun is not None
-            else []
-        )
-        paces += [self._live.every] if self._live is not None else []
-        return paces + ([self._peers.pace] if self._peers is not None else [])
-
-    def _watchers(self) -> tuple[list[Watcher], list[Watcher]]:
-        """Polled every tick (another node's news), and at the shared throttle's pace."""
-        every_tick: list[Watcher] = []
-        throttled: list[Watcher] = []
-        if self._peers is not None:
-            every_tick.append(
-                PeerWatcher(clock=self._clock, peers=self._peers, progress=self._signs.progress)
-            )
-        if self._plan.hang_timeout > 0:
-            peers = self._live.peer_hangs if self._live is not None else unheard(self._plan)
-            hang = HangWatch(
-                clock=self._clock,
-                progress=self._signs.progress,
-                sample=self._signs.sample,
-                sample_every=max(ACTIVITY_EVERY, self._plan.heartbeat_interval),
-                timeout=self._plan.hang_timeout,
-                interval=self._plan.heartbeat_interval,
-                pace=self._idle + self._throttle.every,
-                auto=self._plan.hang_auto,
-                peers=peers if self._peers is not None and self._plan.hang_auto else None,
-            )
-            self._hang_watch = hang
-            if self._live is not None:
-                self._live.hang = hang  # status shows the deadline; other nodes read it
-            throttled.append(hang)
-        if self._plan.rerun is not None:
-            box = TimeboxWatch(
-                box=self._plan.rerun.timebox, started_at=self._t0, beats=self._signs.beats
-            )
-            throttled.append(box)
-        return every_tick, throttled
-
     def _stop(self, reason: StopReason) -> None:
         """Act on a watcher's reason: take the evidence, say why, start the teardown."""
         if reason.peer_event is not None:
@@ -405,7 +362,7 @@ class _Attempt:
     @property
     def hang_deadline(self) -> Deadline | None:
         """The deadline the hang watch applies now; None when hang detection is off."""
-        return self._hang_watch.deadline if self._hang_watch is not None else None
+        return self._watch_set.hang.deadline if self._watch_set.hang is not None else None
 
     @property
     def _where(self) -> tuple[int, int]:

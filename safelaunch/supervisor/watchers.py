@@ -22,7 +22,7 @@ from safelaunch.hangs.detection import (
     stale_after,
 )
 from safelaunch.hangs.rhythm import FLOOR_S, Basis, Deadline, Learner, fixed
-from safelaunch.plan import LaunchPlan, Timebox
+from safelaunch.plan import Timebox
 from safelaunch.rendezvous.stops import NodeStop, StopKind
 from safelaunch.rundir.heartbeat_file import Beat
 from safelaunch.supervisor.teardown import TeardownCause
@@ -107,12 +107,6 @@ def poll_all(
             if reason is not None:
                 return reason
     return None
-
-
-def unheard(plan: LaunchPlan) -> Callable[[], dict[int, PeerHang | None]]:
-    """No live state shared (no run directory): no other node is ever heard from."""
-    nodes = int(plan.workers[0].env.get("GROUP_WORLD_SIZE", "1")) if plan.workers else 1
-    return lambda: {n: None for n in range(nodes) if n != (plan.node or 0)}
 
 
 def late_slack(timeout: float) -> float:
