@@ -184,35 +184,6 @@ def test_a_malformed_heartbeat_record_reads_as_none(tmp_path: Path, text: str) -
     assert heartbeat_file.read(0, where) is None
 
 
-def _beat_at(where: Path, now: float) -> None:
-    heartbeat_file.write(
-        str(where), since=now, now=now, frames=[], depth=0, step=None, seq=None,
-        busy=False, cost=0.0, spins=False, optimizer_steps=None,
-    )  # fmt: skip
-
-
-def test_the_supervisor_s_reader_parses_a_record_again_only_once_it_was_replaced(
-    tmp_path: Path,
-) -> None:
-    where, reader = heartbeat_file.path(tmp_path, 1), heartbeat_file.Reader()
-    assert reader.read(1, where) is None  # not written yet
-    _beat_at(where, 1.0)
-    first = reader.read(1, where)
-    assert first is not None and first.time == 1.0
-    assert reader.read(1, where) is first  # the same file: kept, not parsed again
-    for now in (2.0, 3.0):  # replaced within the same clock tick too: a new inode
-        _beat_at(where, now)
-        again = reader.read(1, where)
-        assert again is not None and again.time == now
-    where.write_text("{")  # malformed: None, and never kept
-    assert reader.read(1, where) is None
-    _beat_at(where, 4.0)
-    latest = reader.read(1, where)
-    assert latest is not None and latest.time == 4.0
-    where.unlink()
-    assert reader.read(1, where) is None
-
-
 def test_an_exit_record_reads_back_as_written(tmp_path: Path) -> None:
     exit_file.write(
         str(tmp_path / exit_file.name(2)),

@@ -92,33 +92,6 @@ def read(rank: int, path: Path) -> Beat | None:
     return from_record(rank, record)
 
 
-class Reader:
-    """The supervisor's reads of its ranks' records: parsed again only once a file changed.
-
-    The supervisor looks at each record several times a second (hang watch, activity,
-    live state). A record is replaced by a rename, so a new one is a new (inode, mtime,
-    size): a stat (~1.3 us) instead of a read and a parse (~32 us, 8 frames).
-    """
-
-    def __init__(self) -> None:
-        self._known: dict[Path, tuple[tuple[int, int, int], Beat]] = {}
-
-    def read(self, rank: int, path: Path) -> Beat | None:
-        """As read(); None (never kept) when absent or malformed."""
-        try:
-            info = os.stat(path)
-        except OSError:
-            return None
-        key = (info.st_ino, info.st_mtime_ns, info.st_size)
-        known = self._known.get(path)
-        if known is not None and known[0] == key:
-            return known[1]
-        beat = read(rank, path)  # replaced since the stat: the next look reads it again
-        if beat is not None:
-            self._known[path] = (key, beat)
-        return beat
-
-
 def _optional_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -43,18 +43,19 @@ class RankSigns:
         self._wall0 = wall0
         self._activity = ActivityWatch()
         self._trees = TreeSampler()
-        self._beats = heartbeat_file.Reader()
 
     def live(self) -> dict[int, StartedRank]:
         return {r: s for r, s in self._ranks.items() if r not in self._exits}
 
     def beats(self) -> list[Beat | None]:
-        return [self._beats.read(s.spec.rank, s.spec.heartbeat_file) for s in self.live().values()]
+        return [
+            heartbeat_file.read(s.spec.rank, s.spec.heartbeat_file) for s in self.live().values()
+        ]
 
     def sample(self) -> None:
         """A pass over /proc: which ranks' processes did work since the last one."""
         live = {r: s.process.pid for r, s in self.live().items()}
-        beats = {r: self._beats.read(r, self._ranks[r].spec.heartbeat_file) for r in live}
+        beats = {r: heartbeat_file.read(r, self._ranks[r].spec.heartbeat_file) for r in live}
         usage = self._trees.sample(live, self._clock.monotonic())
         self._activity.update(usage, beats, self._clock.wall())
 
@@ -62,7 +63,7 @@ class RankSigns:
         """Every live rank's latest sign of progress."""
         progress = []
         for rank, started in self.live().items():
-            beat = self._beats.read(rank, started.spec.heartbeat_file)
+            beat = heartbeat_file.read(rank, started.spec.heartbeat_file)
             last = last_progress(
                 beat,
                 self._tees[rank].last_output,
@@ -95,7 +96,9 @@ class RankSigns:
                     pid=started.process.pid if started is not None else None,
                     spawned_at=self._spawned_at.get(spec.rank) if started is not None else None,
                     bootstrapped=bootstrapped,
-                    beat=self._beats.read(spec.rank, spec.heartbeat_file) if bootstrapped else None,
+                    beat=heartbeat_file.read(spec.rank, spec.heartbeat_file)
+                    if bootstrapped
+                    else None,
                     last_output=tee.last_output if tee is not None else None,
                     returncode=ended.returncode if ended is not None else None,
                     ended_at=self._wall0 + ended.ended_after if ended is not None else None,
